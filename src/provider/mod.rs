@@ -1,0 +1,68 @@
+//! The downstream payment provider, seen from the engine: "execute this payout
+//! under this business id". The relay depends only on the [`Provider`] trait;
+//! [`http::HttpProvider`] speaks the wire protocol of SPEC §6.
+
+pub mod http;
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use uuid::Uuid;
+
+/// One payout request. `transfer_id` is the business id: every attempt for one
+/// transfer carries the same one, so an idempotent provider executes it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payout {
+    /// The transfer id, sent as the provider's `Idempotency-Key`.
+    pub transfer_id: Uuid,
+    /// Amount in the currency's minor units.
+    pub amount: i64,
+    /// ISO 4217 alphabetic code.
+    pub currency: String,
+    /// Account debited.
+    pub source_account: String,
+    /// Account credited.
+    pub destination_account: String,
+}
+
+/// A final answer from the provider: the payout was decided one way or the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderOutcome {
+    /// The provider executed the payout.
+    Succeeded {
+        /// The provider's own reference for the payout.
+        reference: String,
+    },
+    /// The provider refused the payout; retrying will not change that.
+    Declined {
+        /// Why, as the provider said it.
+        reason: String,
+    },
+}
+
+/// A call that did not produce a final answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// Timeout, connection error, `5xx`, `408`, `409`, `425`, `429`: the payout
+    /// may or may not have executed; retry with the same business id.
+    #[error("transient provider failure: {reason}")]
+    Transient {
+        /// What happened, for logs and the outbox row.
+        reason: String,
+        /// The provider's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+    },
+    /// A `4xx` other than the transient ones: the request itself is wrong.
+    #[error("permanent provider failure: {reason}")]
+    Permanent {
+        /// What happened; becomes the transfer's `failure_reason`.
+        reason: String,
+    },
+}
+
+/// Executes payouts. Implementations must be safe to call again with the same
+/// [`Payout::transfer_id`] after any failure.
+pub trait Provider: Send + Sync + 'static {
+    /// Executes `payout` once under its business id.
+    fn execute(&self, payout: Payout) -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>>;
+}

@@ -1,0 +1,134 @@
+//! Every limit and knob of `payrail serve`, with its default, in one place.
+//! Each flag also reads an environment variable; `payrail serve --help` lists them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+fn default_parallelism() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+}
+
+/// Connection to Postgres and the bounds on every database operation.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseConfig {
+    /// Postgres connection URL.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Most pooled Postgres connections per process.
+    #[arg(long, env = "PAYRAIL_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: usize,
+    /// Bound on one database operation (a flush, a read, a claim), including
+    /// waiting for a pooled connection; past it the request answers 503.
+    #[arg(long, env = "PAYRAIL_DB_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub db_timeout: Duration,
+    /// Bound on opening one new connection.
+    #[arg(long, env = "PAYRAIL_DB_CONNECT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub db_connect_timeout: Duration,
+}
+
+/// Flags of `payrail serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address the HTTP API listens on (port 0 picks a free one).
+    #[arg(long, env = "PAYRAIL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    /// Base URL of the payment provider; without it the relay does not run
+    /// and transfers stay `pending`.
+    #[arg(long, env = "PAYRAIL_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+    /// Key-shard actors, each on its own thread.
+    #[arg(long, env = "PAYRAIL_SHARDS", default_value_t = default_parallelism())]
+    pub shards: usize,
+    /// HTTP worker threads.
+    #[arg(long, env = "PAYRAIL_HTTP_WORKERS", default_value_t = default_parallelism())]
+    pub http_workers: usize,
+    /// How long an idempotency key is remembered.
+    #[arg(long, env = "PAYRAIL_KEY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub key_retention: Duration,
+    /// How long an attempt waits for its key's write before `409 request-in-progress`.
+    #[arg(long, env = "PAYRAIL_COALESCE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub coalesce_timeout: Duration,
+    /// Most new transfers written in one flush (one transaction).
+    #[arg(long, env = "PAYRAIL_MAX_BATCH", default_value_t = 256)]
+    pub max_batch: usize,
+    /// Most attempts queued in one shard (waiting for a flush or for their
+    /// key's write); past it requests get `503 overloaded`.
+    #[arg(long, env = "PAYRAIL_SHARD_QUEUE", default_value_t = 4096)]
+    pub shard_queue: usize,
+    /// Recent answers kept per shard to serve replays without Postgres.
+    #[arg(long, env = "PAYRAIL_REPLAY_CACHE", default_value_t = 10_000)]
+    pub replay_cache: usize,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "PAYRAIL_BODY_LIMIT", default_value_t = 64 * 1024)]
+    pub body_limit: usize,
+    /// Time a client gets to send its request head and body.
+    #[arg(long, env = "PAYRAIL_CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub client_request_timeout: Duration,
+    /// How often the reaper deletes expired idempotency keys.
+    #[arg(long, env = "PAYRAIL_REAPER_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub reaper_interval: Duration,
+    /// Most key rows the reaper deletes per statement.
+    #[arg(long, env = "PAYRAIL_REAPER_BATCH", default_value_t = 1000)]
+    pub reaper_batch: i64,
+    /// Most reaper statements per tick, so one tick cannot hog the database.
+    #[arg(long, env = "PAYRAIL_REAPER_BATCHES_PER_TICK", default_value_t = 100)]
+    pub reaper_batches_per_tick: usize,
+    #[command(flatten)]
+    pub relay: RelayConfig,
+}
+
+/// Flags of the outbox relay.
+#[derive(Debug, Clone, Args)]
+pub struct RelayConfig {
+    /// Bound on one provider call.
+    #[arg(long, env = "PAYRAIL_PROVIDER_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub provider_timeout: Duration,
+    /// Provider calls in flight at once per process.
+    #[arg(long, env = "PAYRAIL_RELAY_CONCURRENCY", default_value_t = 32)]
+    pub relay_concurrency: usize,
+    /// Fallback poll interval when no notification arrives.
+    #[arg(long, env = "PAYRAIL_RELAY_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub relay_poll: Duration,
+    /// How long a claimed row is held; must exceed the provider timeout so a
+    /// live call is never duplicated by a takeover.
+    #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub relay_lease: Duration,
+    /// Attempts before a row is dead-lettered.
+    #[arg(long, env = "PAYRAIL_MAX_ATTEMPTS", default_value_t = 20)]
+    pub max_attempts: i32,
+    /// First retry delay; doubles per attempt up to the cap, with full jitter.
+    #[arg(long, env = "PAYRAIL_RETRY_BASE", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    #[arg(long, env = "PAYRAIL_RETRY_CAP", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub retry_cap: Duration,
+}
+
+impl ServeConfig {
+    /// Rejects combinations that would break a guarantee.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("--shards", self.shards),
+            ("--http-workers", self.http_workers),
+            ("--max-batch", self.max_batch),
+            ("--shard-queue", self.shard_queue),
+            ("--replay-cache", self.replay_cache),
+            ("--db-pool-size", self.database.db_pool_size),
+            ("--relay-concurrency", self.relay.relay_concurrency),
+        ];
+        if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{flag} must be at least 1"));
+        }
+        if self.relay.relay_lease <= self.relay.provider_timeout {
+            return Err("--relay-lease must be longer than --provider-timeout".into());
+        }
+        if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
+            return Err("--max-attempts and --reaper-batch must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! All SQL of the engine lives here (and in `migrations/`). Every statement is
+//! parameterized, every operation is bounded by `--db-timeout`, and callers
+//! get [`StoreError`], never a driver type.
+
+mod clients;
+mod keys;
+mod migrate;
+pub mod outbox;
+mod transfers;
+
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::config::DatabaseConfig;
+
+pub use keys::{KeyWrite, StoredAnswer, WriteOutcome};
+pub use transfers::TransferPage;
+
+/// Why a database operation did not complete. Callers answer all of these
+/// with `503 unavailable`: in each case nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No connection could be had from the pool.
+    #[error("no database connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// Postgres answered with an error or the connection broke.
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    /// The operation ran past `--db-timeout`.
+    #[error("database operation timed out after {0:?}")]
+    Timeout(Duration),
+    /// A migration failed.
+    #[error("migration failed: {0}")]
+    Migration(#[from] refinery::Error),
+    /// A stored row broke an invariant that only valid writes could have kept.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The connection settings are unusable.
+    #[error("bad database configuration: {0}")]
+    Config(String),
+}
+
+/// Handle to Postgres: a bounded connection pool plus the operation timeout.
+/// Cheap to clone; every actor holds one.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    op_timeout: Duration,
+}
+
+impl Store {
+    /// Builds the pool. Connections are opened lazily, so this succeeds while
+    /// Postgres is down and the pool recovers by itself once it is back.
+    pub fn connect(cfg: &DatabaseConfig) -> Result<Self, StoreError> {
+        let mut pg: tokio_postgres::Config =
+            cfg.database_url.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
+        pg.connect_timeout(cfg.db_connect_timeout);
+        pg.application_name("payrail");
+        // The server gives up too, so an abandoned statement does not hold locks.
+        pg.options(format!("-c statement_timeout={}", cfg.db_timeout.as_millis()));
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(cfg.db_pool_size)
+            .wait_timeout(Some(cfg.db_timeout))
+            .create_timeout(Some(cfg.db_connect_timeout))
+            .recycle_timeout(Some(cfg.db_connect_timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        Ok(Self { pool, op_timeout: cfg.db_timeout })
+    }
+
+    /// Runs one operation on a pooled connection within `--db-timeout`.
+    async fn with_client<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Object) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let run = async {
+            let client = self.pool.get().await?;
+            op(client).await
+        };
+        tokio::time::timeout(self.op_timeout, run)
+            .await
+            .map_err(|_| StoreError::Timeout(self.op_timeout))?
+    }
+
+    /// True when Postgres answers and the schema is the one this build expects.
+    pub async fn is_ready(&self) -> bool {
+        matches!(self.schema_is_current().await, Ok(true))
+    }
+}

@@ -1,0 +1,1 @@
+//! Outbox rows: claimed by the relay with a lease, completed with the transfer status.

@@ -1,0 +1,120 @@
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::{Store, StoreError};
+use crate::domain::{
+    AccountId, Amount, ClientId, Currency, Description, IdempotencyKey, Metadata, NewTransfer,
+    Transfer, TransferStatus,
+};
+
+const COLUMNS: &str = "id, client_id, idempotency_key, status, amount, currency, source_account, \
+    destination_account, description, metadata, created_at, updated_at, provider_reference, failure_reason";
+
+/// One page of a client's transfers, newest first.
+#[derive(Debug)]
+pub struct TransferPage {
+    /// At most the requested number of transfers.
+    pub transfers: Vec<Transfer>,
+    /// True when older transfers follow the last one.
+    pub has_more: bool,
+}
+
+impl Store {
+    /// A client's transfer by id; another client's id reads as absent.
+    pub async fn transfer(&self, client_id: ClientId, id: Uuid) -> Result<Option<Transfer>, StoreError> {
+        self.with_client(|client| async move {
+            let stmt = client
+                .prepare_cached(&format!("SELECT {COLUMNS} FROM transfers WHERE id = $1 AND client_id = $2"))
+                .await?;
+            client.query_opt(&stmt, &[&id, &client_id.0]).await?.as_ref().map(transfer_from_row).transpose()
+        })
+        .await
+    }
+
+    /// A page of a client's transfers, newest first, after the cursor
+    /// `starting_after` (exclusive). `None` when the cursor names no transfer
+    /// of this client.
+    pub async fn transfers_page(
+        &self,
+        client_id: ClientId,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> Result<Option<TransferPage>, StoreError> {
+        self.with_client(|client| async move {
+            // One more than asked tells whether another page follows.
+            let fetch = limit + 1;
+            let rows = match starting_after {
+                None => {
+                    let stmt = client
+                        .prepare_cached(&format!(
+                            "SELECT {COLUMNS} FROM transfers WHERE client_id = $1 \
+                             ORDER BY created_at DESC, id DESC LIMIT $2"
+                        ))
+                        .await?;
+                    client.query(&stmt, &[&client_id.0, &fetch]).await?
+                }
+                Some(cursor) => {
+                    let exists = client
+                        .prepare_cached("SELECT 1 FROM transfers WHERE id = $1 AND client_id = $2")
+                        .await?;
+                    if client.query_opt(&exists, &[&cursor, &client_id.0]).await?.is_none() {
+                        return Ok(None);
+                    }
+                    let stmt = client
+                        .prepare_cached(&format!(
+                            "SELECT {COLUMNS} FROM transfers WHERE client_id = $1 \
+                             AND (created_at, id) < (SELECT created_at, id FROM transfers WHERE id = $3) \
+                             ORDER BY created_at DESC, id DESC LIMIT $2"
+                        ))
+                        .await?;
+                    client.query(&stmt, &[&client_id.0, &fetch, &cursor]).await?
+                }
+            };
+            let mut transfers = rows.iter().map(transfer_from_row).collect::<Result<Vec<_>, _>>()?;
+            let has_more = transfers.len() as i64 > limit;
+            transfers.truncate(limit as usize);
+            Ok(Some(TransferPage { transfers, has_more }))
+        })
+        .await
+    }
+}
+
+fn corrupt(what: &'static str) -> impl Fn(String) -> StoreError {
+    move |e| StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// Rebuilds a transfer from its row. Only valid transfers are ever written,
+/// so a value that fails to parse is corruption, not a client error.
+pub(super) fn transfer_from_row(row: &tokio_postgres::Row) -> Result<Transfer, StoreError> {
+    let status: String = row.get("status");
+    let description: Option<String> = row.get("description");
+    let metadata: serde_json::Value = row.get("metadata");
+    let metadata: BTreeMap<String, String> =
+        serde_json::from_value(metadata).map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?;
+    let request = NewTransfer {
+        amount: Amount::parse(row.get("amount")).map_err(corrupt("amount"))?,
+        currency: Currency::parse(row.get("currency")).map_err(corrupt("currency"))?,
+        source_account: AccountId::parse(row.get("source_account")).map_err(corrupt("source_account"))?,
+        destination_account: AccountId::parse(row.get("destination_account"))
+            .map_err(corrupt("destination_account"))?,
+        description: description
+            .as_deref()
+            .map(Description::parse)
+            .transpose()
+            .map_err(corrupt("description"))?,
+        metadata: Metadata::from_trusted(metadata),
+    };
+    Ok(Transfer {
+        id: row.get("id"),
+        client_id: ClientId(row.get("client_id")),
+        idempotency_key: IdempotencyKey::from_trusted(row.get("idempotency_key")),
+        status: TransferStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {status}")))?,
+        request,
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
+        provider_reference: row.get("provider_reference"),
+        failure_reason: row.get("failure_reason"),
+    })
+}

@@ -1,7 +1,14 @@
 //! payrail: an actor-based payment/transfer engine. See `docs/ARCHITECTURE.md`.
 
+pub mod api;
+pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod pgcluster;
 pub mod provider;
+pub mod reaper;
+pub mod shard;
 pub mod sim;
+pub mod startup;
 pub mod store;
+pub mod telemetry;

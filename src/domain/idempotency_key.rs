@@ -26,6 +26,9 @@ pub enum IdempotencyKeyError {
     /// A value that starts with `"` but is not a well-formed string.
     #[error("the quoted form is not a well-formed Structured Field string")]
     BadQuoting,
+    /// More than one `Idempotency-Key` header: which one was meant is unknowable.
+    #[error("the header appears more than once")]
+    Repeated,
 }
 
 impl IdempotencyKey {

@@ -16,5 +16,6 @@ pub use currency::Currency;
 pub use fingerprint::Fingerprint;
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
 pub use transfer::{
-    Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus, TransferView,
+    now_micros, Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus,
+    TransferView,
 };

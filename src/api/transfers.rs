@@ -1,0 +1,167 @@
+//! `POST /transfers`, `GET /transfers/{id}`, `GET /transfers`.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::body::{idempotency_key, parse_transfer, read_limited, require_json};
+use super::{ApiError, AppState, Caller};
+use crate::domain::{FieldError, Fingerprint, Transfer, TransferView};
+use crate::shard::Verdict;
+use crate::store::{KeyWrite, StoredAnswer};
+
+/// Page size when `limit` is absent.
+const PAGE_LIMIT_DEFAULT: i64 = 20;
+/// Largest page.
+const PAGE_LIMIT_MAX: i64 = 100;
+
+/// Creates a transfer, or replays the first answer for this Idempotency-Key.
+#[utoipa::path(
+    post, path = "/transfers", tag = "transfers",
+    request_body(content = crate::api::openapi::CreateTransfer, content_type = "application/json"),
+    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters, bare or as a quoted Structured Field string; a UUID v4 chosen before the first attempt is recommended")),
+    responses(
+        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, the stored first answer)", body = TransferView,
+            headers(("Location" = String), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "request-in-progress", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable or overloaded", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let key = idempotency_key(&req)?;
+    require_json(&req)?;
+    let body = read_limited(&req, payload, state.body_limit).await?;
+    let request = parse_transfer(&body)?;
+
+    let fingerprint = Fingerprint::of_create(&request);
+    let transfer = Transfer::accept(caller.0, key, request);
+    let body = serde_json::to_vec(&TransferView::from(&transfer))
+        .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+    let answer = StoredAnswer {
+        fingerprint,
+        status: StatusCode::CREATED.as_u16(),
+        body: body.into(),
+        transfer_id: transfer.id,
+        expires_at: transfer.created_at + state.key_retention,
+    };
+    match state.shards.submit(KeyWrite { transfer, answer }).await {
+        Verdict::Created(a) => Ok(answer_response(&a, false)),
+        Verdict::Replayed(a) => Ok(answer_response(&a, true)),
+        Verdict::KeyReused => Err(ApiError::IdempotencyKeyReused),
+        Verdict::InProgress => Err(ApiError::RequestInProgress),
+        Verdict::Unavailable => Err(ApiError::Unavailable),
+        Verdict::Overloaded => Err(ApiError::Overloaded),
+    }
+}
+
+/// The stored answer, byte for byte, with the headers of the first answer.
+fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::CREATED);
+    let mut res = HttpResponse::build(status);
+    res.content_type("application/json")
+        .insert_header((header::LOCATION, format!("/transfers/{}", answer.transfer_id)));
+    if replayed {
+        res.insert_header(("Idempotent-Replayed", "true"));
+    }
+    res.body(answer.body.clone())
+}
+
+/// One of the caller's transfers, as it is now.
+#[utoipa::path(
+    get, path = "/transfers/{id}", tag = "transfers",
+    params(("id" = String, Path, description = "Transfer id")),
+    responses(
+        (status = 200, body = TransferView),
+        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found (also for another client's transfer)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    // A malformed id names no transfer: 404, exactly like an unknown one.
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::NotFound)?;
+    let transfer = state.store.transfer(caller.0, id).await?.ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok().json(TransferView::from(&transfer)))
+}
+
+/// Query of `GET /transfers`, taken as text so bad values become problems.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    starting_after: Option<String>,
+}
+
+/// A page of transfers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TransferList {
+    /// The caller's transfers, newest first.
+    pub data: Vec<TransferView>,
+    /// True when older transfers follow; pass the last `id` as `starting_after`.
+    pub has_more: bool,
+}
+
+/// The caller's transfers, newest first, with keyset pagination.
+#[utoipa::path(
+    get, path = "/transfers", tag = "transfers",
+    params(
+        ("limit" = Option<i64>, Query, description = "1-100, default 20", minimum = 1, maximum = 100),
+        ("starting_after" = Option<String>, Query, description = "Id of the last transfer of the previous page"),
+    ),
+    responses(
+        (status = 200, body = TransferList),
+        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let invalid = |field: &str, message: &str| {
+        ApiError::ValidationFailed(vec![FieldError { field: field.into(), message: message.into() }])
+    };
+    let query: ListQuery = serde_urlencoded::from_str(req.query_string())
+        .map_err(|_| invalid("query", "must be a URL-encoded query string"))?;
+    let limit = match query.limit.as_deref() {
+        None => PAGE_LIMIT_DEFAULT,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+            .ok_or_else(|| invalid("limit", "must be an integer from 1 to 100"))?,
+    };
+    let cursor = query
+        .starting_after
+        .as_deref()
+        .map(|raw| Uuid::parse_str(raw).map_err(|_| invalid("starting_after", "must be a transfer id")))
+        .transpose()?;
+    let page = state
+        .store
+        .transfers_page(caller.0, limit, cursor)
+        .await?
+        .ok_or_else(|| invalid("starting_after", "names no transfer of yours"))?;
+    Ok(HttpResponse::Ok().json(TransferList {
+        data: page.transfers.iter().map(TransferView::from).collect(),
+        has_more: page.has_more,
+    }))
+}

@@ -1,0 +1,129 @@
+//! Key-shard actors. Every attempt of one (client, key) goes to the same shard,
+//! a single-threaded actor that serializes the key's attempts in memory and
+//! writes new keys to Postgres in batches (group commit).
+
+mod actor;
+mod cache;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr, Arbiter};
+use sha2::{Digest, Sha256};
+
+use crate::domain::{ClientId, IdempotencyKey};
+use crate::store::{KeyWrite, Store, StoredAnswer};
+
+pub use actor::{Shard, Submit};
+
+/// Bounds of one shard, from `ServeConfig`.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardLimits {
+    /// Most key writes per flush.
+    pub batch_size_max: usize,
+    /// Most attempts held at once (queued for a flush or waiting on a key).
+    pub queue_len_max: usize,
+    /// Most answers in the replay cache.
+    pub cache_entries_max: usize,
+}
+
+/// The shard's answer to one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// This attempt created the key; the answer is now stored.
+    Created(StoredAnswer),
+    /// The key already had this answer for the same request.
+    Replayed(StoredAnswer),
+    /// The key already had an answer for a different request.
+    KeyReused,
+    /// The key's write did not finish within the coalesce timeout.
+    InProgress,
+    /// Postgres failed; nothing was stored for this attempt.
+    Unavailable,
+    /// The shard's queue is full; the attempt was shed.
+    Overloaded,
+}
+
+/// Routes attempts to their shard and waits for the verdict.
+#[derive(Clone)]
+pub struct ShardRouter {
+    shards: Arc<[Addr<Shard>]>,
+    coalesce_timeout: Duration,
+}
+
+impl ShardRouter {
+    /// Starts `count` shards, each on an `Arbiter` (thread) of its own; the
+    /// caller keeps the arbiters and stops them at shutdown.
+    pub fn start(
+        count: usize,
+        store: &Store,
+        limits: ShardLimits,
+        coalesce_timeout: Duration,
+    ) -> (Self, Vec<Arbiter>) {
+        assert!(count > 0, "at least one shard");
+        let mut arbiters = Vec::with_capacity(count);
+        let mut shards = Vec::with_capacity(count);
+        for index in 0..count {
+            let arbiter = Arbiter::new();
+            let store = store.clone();
+            shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
+                // A real bound: `try_send` fails once this many messages wait.
+                ctx.set_mailbox_capacity(limits.queue_len_max);
+                Shard::new(index, store, limits)
+            }));
+            arbiters.push(arbiter);
+        }
+        (Self { shards: shards.into(), coalesce_timeout }, arbiters)
+    }
+
+    /// Hands an attempt to its shard and waits for the verdict, at most the
+    /// coalesce timeout.
+    pub async fn submit(&self, write: KeyWrite) -> Verdict {
+        let index = shard_index(write.transfer.client_id, &write.transfer.idempotency_key, self.shards.len());
+        let (reply, verdict) = tokio::sync::oneshot::channel();
+        if let Err(e) = self.shards[index].try_send(Submit { write, reply }) {
+            return match e {
+                actix::dev::SendError::Full(_) => Verdict::Overloaded,
+                actix::dev::SendError::Closed(_) => Verdict::Unavailable,
+            };
+        }
+        match tokio::time::timeout(self.coalesce_timeout, verdict).await {
+            Ok(Ok(v)) => v,
+            // The shard dropped the reply: it stopped, so nothing is known stored.
+            Ok(Err(_)) => Verdict::Unavailable,
+            Err(_) => Verdict::InProgress,
+        }
+    }
+}
+
+/// A stable hash of (client, key), so the same key lands on the same shard in
+/// every process and across restarts (not needed for correctness, which the
+/// primary key guarantees, but it keeps a key's attempts in one queue).
+fn shard_index(client_id: ClientId, key: &IdempotencyKey, shards: usize) -> usize {
+    let mut h = Sha256::new();
+    h.update(client_id.0.as_bytes());
+    h.update(key.as_str().as_bytes());
+    let digest = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_le_bytes(first) % shards as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_key_always_maps_to_the_same_shard_and_keys_spread() {
+        let client = ClientId(Uuid::from_u128(7));
+        let mut seen = [0usize; 4];
+        for i in 0..400 {
+            let key = IdempotencyKey::parse(format!("key-{i}").as_bytes()).unwrap();
+            let s = shard_index(client, &key, 4);
+            assert_eq!(s, shard_index(client, &key, 4));
+            seen[s] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
+}

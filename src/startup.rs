@@ -1,0 +1,115 @@
+//! Builds and runs `payrail serve`. `main`, `payrail dev` and the tests all
+//! start the engine through [`Application::build`], the same way.
+
+use std::net::TcpListener;
+
+use actix::{Actor, Addr, Arbiter};
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::{middleware::from_fn, web, App, HttpServer};
+
+use crate::api::{self, AppState};
+use crate::config::ServeConfig;
+use crate::reaper::{Reaper, ReaperLimits};
+use crate::shard::{ShardLimits, ShardRouter};
+use crate::store::Store;
+use crate::telemetry;
+
+/// A built, bound, not yet awaited engine.
+pub struct Application {
+    port: u16,
+    server: Option<Server>,
+    handle: ServerHandle,
+    reaper: Addr<Reaper>,
+    store: Store,
+    /// Threads of the shards, reaper and relay; stopped when this is dropped.
+    arbiters: Vec<Arbiter>,
+}
+
+impl Application {
+    /// Connects, migrates, starts the actors and binds the listener. Must be
+    /// called inside an actix `System` (as `#[actix_web::main]` and
+    /// `#[actix_web::test]` provide).
+    pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
+        config.validate().map_err(anyhow::Error::msg)?;
+        let store = Store::connect(&config.database)?;
+        store.migrate().await?;
+
+        let limits = ShardLimits {
+            batch_size_max: config.max_batch,
+            queue_len_max: config.shard_queue,
+            cache_entries_max: config.replay_cache,
+        };
+        let (shards, mut arbiters) =
+            ShardRouter::start(config.shards, &store, limits, config.coalesce_timeout);
+
+        let reaper_arbiter = Arbiter::new();
+        let reaper_limits = ReaperLimits {
+            interval: config.reaper_interval,
+            batch_rows_max: config.reaper_batch,
+            batches_per_tick_max: config.reaper_batches_per_tick,
+        };
+        let reaper_store = store.clone();
+        let reaper = Reaper::start_in_arbiter(&reaper_arbiter.handle(), move |_| {
+            Reaper::new(reaper_store, reaper_limits)
+        });
+        arbiters.push(reaper_arbiter);
+
+        let state = web::Data::new(AppState {
+            store: store.clone(),
+            shards,
+            body_limit: config.body_limit,
+            key_retention: AppState::retention(config.key_retention),
+            metrics: telemetry::metrics_handle(),
+        });
+        let listener = TcpListener::bind(config.listen)?;
+        let port = listener.local_addr()?.port();
+        let server = HttpServer::new(move || {
+            App::new().app_data(state.clone()).wrap(from_fn(api::observe)).configure(api::routes)
+        })
+        .workers(config.http_workers)
+        .client_request_timeout(config.client_request_timeout)
+        // SIGINT/SIGTERM stop the server gracefully; in-flight flushes finish.
+        .shutdown_timeout(5)
+        .listen(listener)?
+        .run();
+        let handle = server.handle();
+        tracing::info!(port, shards = config.shards, "payrail serving");
+        Ok(Self { port, server: Some(server), handle, reaper, store, arbiters })
+    }
+
+    /// The port the API listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the HTTP server (the future of `run_until_stopped` then ends).
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// The reaper actor, to trigger a tick.
+    pub fn reaper(&self) -> Addr<Reaper> {
+        self.reaper.clone()
+    }
+
+    /// The store this engine uses.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Serves until stopped, then stops the actors' threads.
+    pub async fn run_until_stopped(mut self) -> std::io::Result<()> {
+        match self.server.take() {
+            Some(server) => server.await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Application {
+    fn drop(&mut self) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}

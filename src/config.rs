@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::Args;
 
 fn default_parallelism() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
 }
 
 /// Connection to Postgres and the bounds on every database operation.

@@ -29,7 +29,11 @@ pub struct Reaper {
 impl Reaper {
     /// A reaper that starts ticking once started.
     pub fn new(store: Store, limits: ReaperLimits) -> Self {
-        Self { store, limits, busy: false }
+        Self {
+            store,
+            limits,
+            busy: false,
+        }
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {

@@ -64,7 +64,10 @@ impl Application {
         let listener = TcpListener::bind(config.listen)?;
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
-            App::new().app_data(state.clone()).wrap(from_fn(api::observe)).configure(api::routes)
+            App::new()
+                .app_data(state.clone())
+                .wrap(from_fn(api::observe))
+                .configure(api::routes)
         })
         .workers(config.http_workers)
         .client_request_timeout(config.client_request_timeout)
@@ -74,7 +77,14 @@ impl Application {
         .run();
         let handle = server.handle();
         tracing::info!(port, shards = config.shards, "payrail serving");
-        Ok(Self { port, server: Some(server), handle, reaper, store, arbiters })
+        Ok(Self {
+            port,
+            server: Some(server),
+            handle,
+            reaper,
+            store,
+            arbiters,
+        })
     }
 
     /// The port the API listens on.

@@ -5,10 +5,13 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Seconds; from 0.5 ms (a cached replay) to 10 s (the coalesce timeout).
-const LATENCY_BUCKETS: &[f64] =
-    &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// Attempts per flush, up to the largest `--max-batch` worth configuring.
-const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`). Safe to call twice.
 pub fn init_logging() {
@@ -31,7 +34,9 @@ pub fn metrics_handle() -> PrometheusHandle {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
-                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_size".into()), BATCH_BUCKETS));
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_size".into()), BATCH_BUCKETS)
+                });
             let recorder = match builder {
                 Ok(b) => b.build_recorder(),
                 Err(_) => PrometheusBuilder::new().build_recorder(),

@@ -50,7 +50,8 @@ pub async fn read_limited(
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::MalformedJson(format!("the body could not be read: {e}")))?;
+        let chunk = chunk
+            .map_err(|e| ApiError::MalformedJson(format!("the body could not be read: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge(limit));
         }

@@ -28,7 +28,9 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state.metrics.run_upkeep();
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(state.metrics.render())
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
 }
 
 /// This API's OpenAPI 3.1 document.

@@ -127,7 +127,9 @@ impl ApiError {
 
     fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::RequestInProgress | Self::Unavailable | Self::Overloaded => Some(RETRY_AFTER_SECS),
+            Self::RequestInProgress | Self::Unavailable | Self::Overloaded => {
+                Some(RETRY_AFTER_SECS)
+            }
             Self::RateLimited(wait) => Some(wait.as_secs_f64().ceil().max(1.0) as u64),
             _ => None,
         }
@@ -152,10 +154,12 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::IdempotencyKeyMissing | Self::IdempotencyKeyInvalid(_) | Self::MalformedJson(_) => {
-                StatusCode::BAD_REQUEST
+            Self::IdempotencyKeyMissing
+            | Self::IdempotencyKeyInvalid(_)
+            | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            Self::IdempotencyKeyReused | Self::ValidationFailed(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
             }
-            Self::IdempotencyKeyReused | Self::ValidationFailed(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::RequestInProgress => StatusCode::CONFLICT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -185,20 +189,37 @@ mod tests {
 
     #[test]
     fn retryable_errors_say_when_to_retry() {
-        for e in [ApiError::Unavailable, ApiError::Overloaded, ApiError::RequestInProgress] {
+        for e in [
+            ApiError::Unavailable,
+            ApiError::Overloaded,
+            ApiError::RequestInProgress,
+        ] {
             let res = e.error_response();
             assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "1");
         }
         let res = ApiError::RateLimited(Duration::from_millis(2500)).error_response();
         assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "3");
-        assert!(ApiError::NotFound.error_response().headers().get(header::RETRY_AFTER).is_none());
+        assert!(ApiError::NotFound
+            .error_response()
+            .headers()
+            .get(header::RETRY_AFTER)
+            .is_none());
     }
 
     #[test]
     fn problems_are_problem_json() {
         let res = ApiError::Unauthorized.error_response();
-        assert_eq!(res.headers().get(header::CONTENT_TYPE).unwrap(), "application/problem+json");
-        assert_eq!(res.headers().get(header::WWW_AUTHENTICATE).unwrap(), "Bearer");
-        assert_eq!(ApiError::Unauthorized.problem().kind, "/problems/unauthorized");
+        assert_eq!(
+            res.headers().get(header::CONTENT_TYPE).unwrap(),
+            "application/problem+json"
+        );
+        assert_eq!(
+            res.headers().get(header::WWW_AUTHENTICATE).unwrap(),
+            "Bearer"
+        );
+        assert_eq!(
+            ApiError::Unauthorized.problem().kind,
+            "/problems/unauthorized"
+        );
     }
 }

@@ -70,8 +70,10 @@ pub async fn create(
 fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::CREATED);
     let mut res = HttpResponse::build(status);
-    res.content_type("application/json")
-        .insert_header((header::LOCATION, format!("/transfers/{}", answer.transfer_id)));
+    res.content_type("application/json").insert_header((
+        header::LOCATION,
+        format!("/transfers/{}", answer.transfer_id),
+    ));
     if replayed {
         res.insert_header(("Idempotent-Replayed", "true"));
     }
@@ -97,7 +99,11 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     // A malformed id names no transfer: 404, exactly like an unknown one.
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::NotFound)?;
-    let transfer = state.store.transfer(caller.0, id).await?.ok_or(ApiError::NotFound)?;
+    let transfer = state
+        .store
+        .transfer(caller.0, id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(TransferView::from(&transfer)))
 }
 
@@ -138,7 +144,10 @@ pub async fn list(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let invalid = |field: &str, message: &str| {
-        ApiError::ValidationFailed(vec![FieldError { field: field.into(), message: message.into() }])
+        ApiError::ValidationFailed(vec![FieldError {
+            field: field.into(),
+            message: message.into(),
+        }])
     };
     let query: ListQuery = serde_urlencoded::from_str(req.query_string())
         .map_err(|_| invalid("query", "must be a URL-encoded query string"))?;
@@ -153,7 +162,9 @@ pub async fn list(
     let cursor = query
         .starting_after
         .as_deref()
-        .map(|raw| Uuid::parse_str(raw).map_err(|_| invalid("starting_after", "must be a transfer id")))
+        .map(|raw| {
+            Uuid::parse_str(raw).map_err(|_| invalid("starting_after", "must be a transfer id"))
+        })
         .transpose()?;
     let page = state
         .store

@@ -17,7 +17,10 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Revoke { api_key, database } => {
             let store = Store::connect(&database)?;
-            if store.revoke_api_key(&ApiKey::from_presented(&api_key).hash()).await? {
+            if store
+                .revoke_api_key(&ApiKey::from_presented(&api_key).hash())
+                .await?
+            {
                 Ok(())
             } else {
                 anyhow::bail!("no live API key matches")

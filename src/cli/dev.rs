@@ -38,7 +38,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 Ok(cluster)
             })
             .await??;
-            eprintln!("postgres: private cluster in {} on port {}", args.data_dir.display(), cluster.port());
+            eprintln!(
+                "postgres: private cluster in {} on port {}",
+                args.data_dir.display(),
+                cluster.port()
+            );
             Some(cluster)
         }
     };
@@ -91,10 +95,14 @@ fn sim_args(listen: SocketAddr) -> SimArgs {
 async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
     let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
     let driver = actix_web::rt::spawn(conn);
-    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?;
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .await?;
     if exists.is_none() {
         // An identifier cannot be a bind parameter; `name` is our constant.
-        client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
+        client
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await?;
     }
     drop(client);
     let _ = driver.await;

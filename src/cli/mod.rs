@@ -70,7 +70,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate(args) => {
-            crate::store::Store::connect(&args.database)?.migrate().await?;
+            crate::store::Store::connect(&args.database)?
+                .migrate()
+                .await?;
             println!("migrations applied");
             Ok(())
         }
@@ -92,6 +94,7 @@ where
         #[command(flatten)]
         config: ServeConfig,
     }
-    let argv = std::iter::once(std::ffi::OsString::from("serve")).chain(args.into_iter().map(Into::into));
+    let argv =
+        std::iter::once(std::ffi::OsString::from("serve")).chain(args.into_iter().map(Into::into));
     Ok(Only::try_parse_from(argv)?.config)
 }

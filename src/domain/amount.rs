@@ -13,7 +13,9 @@ impl Amount {
         if (AMOUNT_MIN..=AMOUNT_MAX).contains(&minor_units) {
             Ok(Self(minor_units))
         } else {
-            Err(format!("must be an integer from {AMOUNT_MIN} to {AMOUNT_MAX}"))
+            Err(format!(
+                "must be an integer from {AMOUNT_MIN} to {AMOUNT_MAX}"
+            ))
         }
     }
 

@@ -60,7 +60,10 @@ mod tests {
         let a = ApiKey::generate();
         let b = ApiKey::generate();
         assert_ne!(a.expose_secret(), b.expose_secret());
-        assert_eq!(a.expose_secret().len(), API_KEY_PREFIX.len() + 2 * API_KEY_RANDOM_BYTES);
+        assert_eq!(
+            a.expose_secret().len(),
+            API_KEY_PREFIX.len() + 2 * API_KEY_RANDOM_BYTES
+        );
         assert_eq!(a.hash(), ApiKey::from_presented(a.expose_secret()).hash());
         assert_ne!(a.hash(), b.hash());
     }

@@ -82,7 +82,13 @@ mod tests {
     fn method_and_path_are_part_of_it() {
         let v: Value = serde_json::from_str(BASE).unwrap();
         let t = NewTransfer::parse(v.as_object().unwrap()).unwrap();
-        assert_ne!(Fingerprint::of("POST", "/transfers", &t), Fingerprint::of("PUT", "/transfers", &t));
-        assert_ne!(Fingerprint::of("POST", "/transfers", &t), Fingerprint::of("POST", "/other", &t));
+        assert_ne!(
+            Fingerprint::of("POST", "/transfers", &t),
+            Fingerprint::of("PUT", "/transfers", &t)
+        );
+        assert_ne!(
+            Fingerprint::of("POST", "/transfers", &t),
+            Fingerprint::of("POST", "/other", &t)
+        );
     }
 }

@@ -103,7 +103,10 @@ mod tests {
 
     #[test]
     fn bare_keys_are_taken_as_they_are() {
-        assert_eq!(key("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap(), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+        assert_eq!(
+            key("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap(),
+            "8e03978e-40d5-43e8-bc93-6894a57f9324"
+        );
         assert_eq!(key("a").unwrap(), "a");
         assert_eq!(key("!~").unwrap(), "!~");
         assert_eq!(key("ab\"c").unwrap(), "ab\"c");

@@ -27,7 +27,10 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -122,8 +125,14 @@ pub struct NewTransfer {
     pub metadata: Metadata,
 }
 
-const FIELDS: [&str; 6] =
-    ["amount", "currency", "source_account", "destination_account", "description", "metadata"];
+const FIELDS: [&str; 6] = [
+    "amount",
+    "currency",
+    "source_account",
+    "destination_account",
+    "description",
+    "metadata",
+];
 
 impl NewTransfer {
     /// Validates a decoded JSON object against SPEC §3's body rules and
@@ -133,19 +142,33 @@ impl NewTransfer {
         for unknown in body.keys().filter(|k| !FIELDS.contains(&k.as_str())) {
             errors.push(FieldError::new(unknown.as_str(), "unknown field"));
         }
-        let amount = keep(&mut errors, "amount", required(body, "amount").and_then(|v| {
-            // `as_i64` is None for floats (1.0 too) and for integers past i64.
-            v.as_i64().ok_or_else(|| "must be an integer".to_owned()).and_then(Amount::parse)
-        }));
-        let currency =
-            keep(&mut errors, "currency", required_str(body, "currency").and_then(Currency::parse));
-        let source =
-            keep(&mut errors, "source_account", required_str(body, "source_account").and_then(AccountId::parse));
-        let destination = keep(&mut errors, 
+        let amount = keep(
+            &mut errors,
+            "amount",
+            required(body, "amount").and_then(|v| {
+                // `as_i64` is None for floats (1.0 too) and for integers past i64.
+                v.as_i64()
+                    .ok_or_else(|| "must be an integer".to_owned())
+                    .and_then(Amount::parse)
+            }),
+        );
+        let currency = keep(
+            &mut errors,
+            "currency",
+            required_str(body, "currency").and_then(Currency::parse),
+        );
+        let source = keep(
+            &mut errors,
+            "source_account",
+            required_str(body, "source_account").and_then(AccountId::parse),
+        );
+        let destination = keep(
+            &mut errors,
             "destination_account",
             required_str(body, "destination_account").and_then(AccountId::parse),
         );
-        let description = keep(&mut errors, 
+        let description = keep(
+            &mut errors,
             "description",
             match body.get("description") {
                 None | Some(Value::Null) => Ok(None),
@@ -163,15 +186,28 @@ impl NewTransfer {
         };
         if let (Some(s), Some(d)) = (&source, &destination) {
             if s == d {
-                errors.push(FieldError::new("destination_account", "must differ from source_account"));
+                errors.push(FieldError::new(
+                    "destination_account",
+                    "must differ from source_account",
+                ));
             }
         }
         match (amount, currency, source, destination, description, metadata) {
-            (Some(amount), Some(currency), Some(source_account), Some(destination_account), Some(description), Some(metadata))
-                if errors.is_empty() =>
-            {
-                Ok(Self { amount, currency, source_account, destination_account, description, metadata })
-            }
+            (
+                Some(amount),
+                Some(currency),
+                Some(source_account),
+                Some(destination_account),
+                Some(description),
+                Some(metadata),
+            ) if errors.is_empty() => Ok(Self {
+                amount,
+                currency,
+                source_account,
+                destination_account,
+                description,
+                metadata,
+            }),
             _ => Err(errors),
         }
     }
@@ -179,7 +215,9 @@ impl NewTransfer {
 
 /// Keeps a field's value, or records why it was rejected.
 fn keep<T>(errors: &mut Vec<FieldError>, field: &str, result: Result<T, String>) -> Option<T> {
-    result.map_err(|m| errors.push(FieldError::new(field, m))).ok()
+    result
+        .map_err(|m| errors.push(FieldError::new(field, m)))
+        .ok()
 }
 
 fn required<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a Value, String> {
@@ -190,7 +228,9 @@ fn required<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a Value, 
 }
 
 fn required_str<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a str, String> {
-    required(body, field)?.as_str().ok_or_else(|| "must be a string".to_owned())
+    required(body, field)?
+        .as_str()
+        .ok_or_else(|| "must be a string".to_owned())
 }
 
 /// Where a transfer is in its life.
@@ -251,7 +291,11 @@ pub struct Transfer {
 
 impl Transfer {
     /// A new pending transfer accepted now.
-    pub fn accept(client_id: ClientId, idempotency_key: IdempotencyKey, request: NewTransfer) -> Self {
+    pub fn accept(
+        client_id: ClientId,
+        idempotency_key: IdempotencyKey,
+        request: NewTransfer,
+    ) -> Self {
         let now = now_micros();
         Self {
             id: Uuid::now_v7(),
@@ -316,7 +360,11 @@ impl From<&Transfer> for TransferView {
             currency: t.request.currency.code().to_owned(),
             source_account: t.request.source_account.as_str().to_owned(),
             destination_account: t.request.destination_account.as_str().to_owned(),
-            description: t.request.description.as_ref().map(|d| d.as_str().to_owned()),
+            description: t
+                .request
+                .description
+                .as_ref()
+                .map(|d| d.as_str().to_owned()),
             metadata: t.request.metadata.entries().clone(),
             idempotency_key: t.idempotency_key.as_str().to_owned(),
             created_at: ts(t.created_at),
@@ -354,21 +402,46 @@ mod tests {
 
     #[test]
     fn every_broken_rule_is_reported() {
-        let got = fields(json!({"amount": 1.5, "currency": "usd", "source_account": "a b",
-            "destination_account": "", "description": 3, "metadata": {"k": 1}, "extra": true}));
-        for f in ["extra", "amount", "currency", "source_account", "destination_account", "description", "metadata.k"] {
+        let got = fields(
+            json!({"amount": 1.5, "currency": "usd", "source_account": "a b",
+            "destination_account": "", "description": 3, "metadata": {"k": 1}, "extra": true}),
+        );
+        for f in [
+            "extra",
+            "amount",
+            "currency",
+            "source_account",
+            "destination_account",
+            "description",
+            "metadata.k",
+        ] {
             assert!(got.contains(&f.to_owned()), "{f} missing from {got:?}");
         }
     }
 
     #[test]
     fn required_fields_must_be_present() {
-        assert_eq!(fields(json!({})), ["amount", "currency", "source_account", "destination_account"]);
+        assert_eq!(
+            fields(json!({})),
+            [
+                "amount",
+                "currency",
+                "source_account",
+                "destination_account"
+            ]
+        );
     }
 
     #[test]
     fn amounts_must_be_integers_in_range() {
-        for bad in [json!(0), json!(-1), json!(1.0), json!("100"), json!(1_000_000_000_000i64), json!(u64::MAX)] {
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1.0),
+            json!("100"),
+            json!(1_000_000_000_000i64),
+            json!(u64::MAX),
+        ] {
             let mut b = valid();
             b["amount"] = bad.clone();
             assert_eq!(fields(b), ["amount"], "{bad}");
@@ -386,13 +459,17 @@ mod tests {
     fn description_and_metadata_limits_hold() {
         let mut b = valid();
         b["description"] = json!("é".repeat(140));
-        b["metadata"] = json!((0..20).map(|i| (format!("k{i}"), "v".repeat(500))).collect::<Map<_, _>>());
+        b["metadata"] = json!((0..20)
+            .map(|i| (format!("k{i}"), json!("v".repeat(500))))
+            .collect::<Map<_, _>>());
         assert!(parse(b.clone()).is_ok());
         b["description"] = json!("é".repeat(141));
         assert_eq!(fields(b), ["description"]);
 
         let mut b = valid();
-        b["metadata"] = json!((0..21).map(|i| (format!("k{i}"), "v")).collect::<Map<_, _>>());
+        b["metadata"] = json!((0..21)
+            .map(|i| (format!("k{i}"), json!("v")))
+            .collect::<Map<_, _>>());
         assert_eq!(fields(b), ["metadata"]);
         let mut b = valid();
         b["metadata"] = json!({"k".repeat(41): "v", "": "v", "ok": "v".repeat(501)});

@@ -54,10 +54,28 @@ impl PgCluster {
         std::fs::create_dir_all(data_dir)?;
         let data_dir = data_dir.canonicalize()?;
         let port = if port == 0 { free_port()? } else { port };
-        let cluster = Self { bin_dir, data_dir, port, as_postgres_user };
+        let cluster = Self {
+            bin_dir,
+            data_dir,
+            port,
+            as_postgres_user,
+        };
         if !cluster.data_dir.join("PG_VERSION").exists() {
             cluster.hand_to_postgres()?;
-            cluster.run("initdb", &["-D", cluster.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])?;
+            cluster.run(
+                "initdb",
+                &[
+                    "-D",
+                    cluster.data(),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+            )?;
             let conf = format!(
                 "\n# payrail private cluster\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n\
                  max_connections = 200\nfsync = {}\nsynchronous_commit = {}\nfull_page_writes = {}\n",
@@ -75,7 +93,21 @@ impl PgCluster {
     pub fn start(&self) -> Result<(), ClusterError> {
         let log = self.data_dir.join("server.log");
         let port = format!("-p {}", self.port);
-        self.run("pg_ctl", &["-D", self.data(), "-l", &log.to_string_lossy(), "-o", &port, "-w", "-t", "60", "start"])?;
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                self.data(),
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                &port,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )?;
         Ok(())
     }
 
@@ -85,7 +117,10 @@ impl PgCluster {
             StopMode::Fast => "fast",
             StopMode::Immediate => "immediate",
         };
-        self.run("pg_ctl", &["-D", self.data(), "-m", mode, "-w", "-t", "60", "stop"])?;
+        self.run(
+            "pg_ctl",
+            &["-D", self.data(), "-m", mode, "-w", "-t", "60", "stop"],
+        )?;
         Ok(())
     }
 
@@ -111,8 +146,16 @@ impl PgCluster {
     /// Postgres must own its data folder; as root, give it to `postgres`.
     fn hand_to_postgres(&self) -> Result<(), ClusterError> {
         if self.as_postgres_user {
-            check(Command::new("chown").args(["-R", "postgres:postgres", self.data()]).output()?, "chown")?;
-            check(Command::new("chmod").args(["700", self.data()]).output()?, "chmod")?;
+            check(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres", self.data()])
+                    .output()?,
+                "chown",
+            )?;
+            check(
+                Command::new("chmod").args(["700", self.data()]).output()?,
+                "chmod",
+            )?;
         }
         Ok(())
     }
@@ -175,7 +218,10 @@ pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
     if let Some((_, bin)) = versions.pop() {
         return Ok(bin);
     }
-    let out = Command::new("pg_config").arg("--bindir").output().map_err(|_| ClusterError::NoBinaries)?;
+    let out = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .map_err(|_| ClusterError::NoBinaries)?;
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if out.status.success() && dir.join("initdb").exists() {
         Ok(dir)

@@ -67,8 +67,10 @@ impl Shard {
     }
 
     fn report_depth(&self) {
-        metrics::gauge!("payrail_shard_queue_depth", "shard" => self.label.clone()).set(self.held() as f64);
-        metrics::gauge!("payrail_replay_cache_entries", "shard" => self.label.clone()).set(self.cache.len() as f64);
+        metrics::gauge!("payrail_shard_queue_depth", "shard" => self.label.clone())
+            .set(self.held() as f64);
+        metrics::gauge!("payrail_replay_cache_entries", "shard" => self.label.clone())
+            .set(self.cache.len() as f64);
     }
 
     /// Starts a flush of up to `batch_size_max` queued attempts unless one is
@@ -88,13 +90,18 @@ impl Shard {
             let result = store.write_keys(&writes).await;
             (writes, result)
         };
-        ctx.spawn(flush.into_actor(self).map(move |(writes, result), shard, ctx| {
-            metrics::histogram!("payrail_shard_flush_seconds").record(started.elapsed().as_secs_f64());
-            shard.flushing = 0;
-            shard.settle(writes, replies, result);
-            shard.report_depth();
-            shard.flush_if_idle(ctx);
-        }));
+        ctx.spawn(
+            flush
+                .into_actor(self)
+                .map(move |(writes, result), shard, ctx| {
+                    metrics::histogram!("payrail_shard_flush_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    shard.flushing = 0;
+                    shard.settle(writes, replies, result);
+                    shard.report_depth();
+                    shard.flush_if_idle(ctx);
+                }),
+        );
     }
 
     /// Answers every attempt of a finished flush and the attempts that waited on it.
@@ -143,7 +150,9 @@ impl Shard {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
         self.waiter_count -= waiters.len();
         for w in waiters {
-            let v = answer.as_ref().map_or(Verdict::Unavailable, |a| verdict(w.fingerprint, a));
+            let v = answer
+                .as_ref()
+                .map_or(Verdict::Unavailable, |a| verdict(w.fingerprint, a));
             let _ = w.reply.send(v);
         }
         if let Some(a) = answer {
@@ -153,7 +162,10 @@ impl Shard {
 }
 
 fn scope_of(write: &KeyWrite) -> Scope {
-    (write.transfer.client_id, write.transfer.idempotency_key.clone())
+    (
+        write.transfer.client_id,
+        write.transfer.idempotency_key.clone(),
+    )
 }
 
 /// What a key's stored answer means for an attempt with this fingerprint.
@@ -182,7 +194,10 @@ impl Handler<Submit> for Shard {
         // Coalesce: a write of this key is queued or in flight; wait for it
         // in memory, holding no connection and no lock.
         if let Some(waiters) = self.waiting.get_mut(&scope) {
-            waiters.push(Waiter { fingerprint, reply: msg.reply });
+            waiters.push(Waiter {
+                fingerprint,
+                reply: msg.reply,
+            });
             self.waiter_count += 1;
             self.report_depth();
             return;

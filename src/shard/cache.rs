@@ -18,7 +18,9 @@ pub struct ReplayCache {
 impl ReplayCache {
     /// A cache holding at most `capacity` answers (at least one).
     pub fn new(capacity: usize) -> Self {
-        Self { entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)) }
+        Self {
+            entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
+        }
     }
 
     /// The live answer for `scope`; an expired one is dropped and not returned.
@@ -53,7 +55,10 @@ mod tests {
     use uuid::Uuid;
 
     fn scope(i: u32) -> Scope {
-        (ClientId(Uuid::nil()), IdempotencyKey::parse(format!("k{i}").as_bytes()).unwrap())
+        (
+            ClientId(Uuid::nil()),
+            IdempotencyKey::parse(format!("k{i}").as_bytes()).unwrap(),
+        )
     }
 
     fn answer(expires_at: DateTime<Utc>) -> StoredAnswer {

@@ -73,13 +73,23 @@ impl ShardRouter {
             }));
             arbiters.push(arbiter);
         }
-        (Self { shards: shards.into(), coalesce_timeout }, arbiters)
+        (
+            Self {
+                shards: shards.into(),
+                coalesce_timeout,
+            },
+            arbiters,
+        )
     }
 
     /// Hands an attempt to its shard and waits for the verdict, at most the
     /// coalesce timeout.
     pub async fn submit(&self, write: KeyWrite) -> Verdict {
-        let index = shard_index(write.transfer.client_id, &write.transfer.idempotency_key, self.shards.len());
+        let index = shard_index(
+            write.transfer.client_id,
+            &write.transfer.idempotency_key,
+            self.shards.len(),
+        );
         let (reply, verdict) = tokio::sync::oneshot::channel();
         if let Err(e) = self.shards[index].try_send(Submit { write, reply }) {
             return match e {

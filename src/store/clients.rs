@@ -11,7 +11,11 @@ impl Store {
         let hash = key.hash();
         self.with_client(|mut client| async move {
             let tx = client.transaction().await?;
-            tx.execute("INSERT INTO clients (id, name) VALUES ($1, $2)", &[&id.0, &name]).await?;
+            tx.execute(
+                "INSERT INTO clients (id, name) VALUES ($1, $2)",
+                &[&id.0, &name],
+            )
+            .await?;
             tx.execute(
                 "INSERT INTO api_keys (key_hash, client_id) VALUES ($1, $2)",
                 &[&hash.0.as_slice(), &id.0],

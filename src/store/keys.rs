@@ -112,10 +112,20 @@ impl Store {
                 .query(
                     &insert,
                     &[
-                        &cols.transfer_id, &cols.client_id, &cols.key, &cols.fingerprint,
-                        &cols.status, &cols.body, &cols.created_at, &cols.expires_at,
-                        &cols.amount, &cols.currency, &cols.source, &cols.destination,
-                        &cols.description, &cols.metadata,
+                        &cols.transfer_id,
+                        &cols.client_id,
+                        &cols.key,
+                        &cols.fingerprint,
+                        &cols.status,
+                        &cols.body,
+                        &cols.created_at,
+                        &cols.expires_at,
+                        &cols.amount,
+                        &cols.currency,
+                        &cols.source,
+                        &cols.destination,
+                        &cols.description,
+                        &cols.metadata,
                     ],
                 )
                 .await?
@@ -123,12 +133,17 @@ impl Store {
                 .map(|r| r.get(0))
                 .collect();
 
-            let lost: Vec<&KeyWrite> =
-                batch.iter().filter(|w| !inserted.contains(&w.answer.transfer_id)).collect();
+            let lost: Vec<&KeyWrite> = batch
+                .iter()
+                .filter(|w| !inserted.contains(&w.answer.transfer_id))
+                .collect();
             let mut existing = HashMap::new();
             if !lost.is_empty() {
                 let clients: Vec<Uuid> = lost.iter().map(|w| w.transfer.client_id.0).collect();
-                let keys: Vec<&str> = lost.iter().map(|w| w.transfer.idempotency_key.as_str()).collect();
+                let keys: Vec<&str> = lost
+                    .iter()
+                    .map(|w| w.transfer.idempotency_key.as_str())
+                    .collect();
                 let select = tx.prepare_cached(SELECT_EXISTING).await?;
                 for row in tx.query(&select, &[&clients, &keys]).await? {
                     let (scope, answer) = answer_from_row(&row)?;
@@ -144,7 +159,9 @@ impl Store {
                         return WriteOutcome::Inserted;
                     }
                     let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
-                    existing.remove(&scope).map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
+                    existing
+                        .remove(&scope)
+                        .map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
                 })
                 .collect())
         })
@@ -159,8 +176,13 @@ impl Store {
     ) -> Result<Option<StoredAnswer>, StoreError> {
         self.with_client(|client| async move {
             let select = client.prepare_cached(SELECT_EXISTING).await?;
-            let rows = client.query(&select, &[&vec![client_id.0], &vec![key.as_str()]]).await?;
-            rows.first().map(answer_from_row).transpose().map(|a| a.map(|(_, a)| a))
+            let rows = client
+                .query(&select, &[&vec![client_id.0], &vec![key.as_str()]])
+                .await?;
+            rows.first()
+                .map(answer_from_row)
+                .transpose()
+                .map(|a| a.map(|(_, a)| a))
         })
         .await
     }
@@ -189,7 +211,10 @@ fn answer_from_row(
         transfer_id: row.get(3),
         expires_at: row.get(6),
     };
-    let scope = (ClientId(row.get(0)), IdempotencyKey::from_trusted(row.get(1)));
+    let scope = (
+        ClientId(row.get(0)),
+        IdempotencyKey::from_trusted(row.get(1)),
+    );
     Ok((scope, answer))
 }
 
@@ -243,9 +268,12 @@ impl Columns {
             c.amount.push(r.amount.minor_units());
             c.currency.push(r.currency.code());
             c.source.push(r.source_account.as_str().to_owned());
-            c.destination.push(r.destination_account.as_str().to_owned());
-            c.description.push(r.description.as_ref().map(|d| d.as_str().to_owned()));
-            c.metadata.push(serde_json::to_value(r.metadata.entries()).unwrap_or_default());
+            c.destination
+                .push(r.destination_account.as_str().to_owned());
+            c.description
+                .push(r.description.as_ref().map(|d| d.as_str().to_owned()));
+            c.metadata
+                .push(serde_json::to_value(r.metadata.entries()).unwrap_or_default());
         }
         c
     }

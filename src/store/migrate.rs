@@ -10,23 +10,28 @@ impl Store {
     /// start at the same time, since refinery itself does not lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.pool.get().await?;
-        client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_ID]).await?;
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_ID])
+            .await?;
         let pg: &mut tokio_postgres::Client = &mut client;
         let result = migrations::runner().run_async(pg).await;
-        client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_ID]).await?;
+        client
+            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_ID])
+            .await?;
         result?;
         Ok(())
     }
 
     /// True when the newest applied migration is the newest this build knows.
     pub async fn schema_is_current(&self) -> Result<bool, StoreError> {
-        let expected = migrations::runner().get_migrations().iter().map(|m| m.version()).max();
+        let expected = migrations::runner()
+            .get_migrations()
+            .iter()
+            .map(|m| m.version())
+            .max();
         self.with_client(|client| async move {
             let row = client
-                .query_opt(
-                    "SELECT MAX(version) FROM refinery_schema_history",
-                    &[],
-                )
+                .query_opt("SELECT MAX(version) FROM refinery_schema_history", &[])
                 .await?;
             let applied: Option<i32> = row.and_then(|r| r.get(0));
             Ok(applied.map(|v| v as u32) == expected)

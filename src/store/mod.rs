@@ -55,16 +55,23 @@ impl Store {
     /// Builds the pool. Connections are opened lazily, so this succeeds while
     /// Postgres is down and the pool recovers by itself once it is back.
     pub fn connect(cfg: &DatabaseConfig) -> Result<Self, StoreError> {
-        let mut pg: tokio_postgres::Config =
-            cfg.database_url.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
+        let mut pg: tokio_postgres::Config = cfg
+            .database_url
+            .parse()
+            .map_err(|e| StoreError::Config(format!("{e}")))?;
         pg.connect_timeout(cfg.db_connect_timeout);
         pg.application_name("payrail");
         // The server gives up too, so an abandoned statement does not hold locks.
-        pg.options(format!("-c statement_timeout={}", cfg.db_timeout.as_millis()));
+        pg.options(format!(
+            "-c statement_timeout={}",
+            cfg.db_timeout.as_millis()
+        ));
         let manager = Manager::from_config(
             pg,
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
         );
         let pool = Pool::builder(manager)
             .max_size(cfg.db_pool_size)
@@ -74,7 +81,10 @@ impl Store {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Config(e.to_string()))?;
-        Ok(Self { pool, op_timeout: cfg.db_timeout })
+        Ok(Self {
+            pool,
+            op_timeout: cfg.db_timeout,
+        })
     }
 
     /// Runs one operation on a pooled connection within `--db-timeout`.

@@ -22,12 +22,23 @@ pub struct TransferPage {
 
 impl Store {
     /// A client's transfer by id; another client's id reads as absent.
-    pub async fn transfer(&self, client_id: ClientId, id: Uuid) -> Result<Option<Transfer>, StoreError> {
+    pub async fn transfer(
+        &self,
+        client_id: ClientId,
+        id: Uuid,
+    ) -> Result<Option<Transfer>, StoreError> {
         self.with_client(|client| async move {
             let stmt = client
-                .prepare_cached(&format!("SELECT {COLUMNS} FROM transfers WHERE id = $1 AND client_id = $2"))
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM transfers WHERE id = $1 AND client_id = $2"
+                ))
                 .await?;
-            client.query_opt(&stmt, &[&id, &client_id.0]).await?.as_ref().map(transfer_from_row).transpose()
+            client
+                .query_opt(&stmt, &[&id, &client_id.0])
+                .await?
+                .as_ref()
+                .map(transfer_from_row)
+                .transpose()
         })
         .await
     }
@@ -90,12 +101,13 @@ pub(super) fn transfer_from_row(row: &tokio_postgres::Row) -> Result<Transfer, S
     let status: String = row.get("status");
     let description: Option<String> = row.get("description");
     let metadata: serde_json::Value = row.get("metadata");
-    let metadata: BTreeMap<String, String> =
-        serde_json::from_value(metadata).map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?;
+    let metadata: BTreeMap<String, String> = serde_json::from_value(metadata)
+        .map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?;
     let request = NewTransfer {
         amount: Amount::parse(row.get("amount")).map_err(corrupt("amount"))?,
         currency: Currency::parse(row.get("currency")).map_err(corrupt("currency"))?,
-        source_account: AccountId::parse(row.get("source_account")).map_err(corrupt("source_account"))?,
+        source_account: AccountId::parse(row.get("source_account"))
+            .map_err(corrupt("source_account"))?,
         destination_account: AccountId::parse(row.get("destination_account"))
             .map_err(corrupt("destination_account"))?,
         description: description

@@ -1,0 +1,133 @@
+//! SPEC §2: authentication and tenancy.
+
+mod common;
+
+use common::{assert_problem, new_key, spawn_app, transfer_body};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+#[actix_web::test]
+async fn transfers_need_a_valid_bearer_key() {
+    let app = spawn_app().await;
+    for path in [
+        "/transfers",
+        "/transfers/018f0000-0000-7000-8000-000000000000",
+    ] {
+        let res = app
+            .http
+            .get(format!("{}{path}", app.address))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["www-authenticate"], "Bearer");
+        assert_problem(res, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    }
+    let res = app
+        .post_transfer_as("prk_not_a_real_key", &new_key(), &transfer_body())
+        .await;
+    assert_eq!(res.headers()["www-authenticate"], "Bearer");
+    assert_problem(res, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let res = app
+        .http
+        .get(format!("{}/transfers", app.address))
+        .header("Authorization", format!("Basic {}", app.api_key))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(res, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(app.count("transfers").await, 0);
+}
+
+#[actix_web::test]
+async fn api_keys_are_stored_only_as_hashes() {
+    let app = spawn_app().await;
+    let db = app.db().await;
+    let rows = db
+        .query("SELECT key_hash FROM api_keys", &[])
+        .await
+        .unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        let hash: Vec<u8> = row.get(0);
+        assert_eq!(hash.len(), 32);
+        assert!(!String::from_utf8_lossy(&hash).contains(&app.api_key));
+    }
+    let expected = sha2_hex(&app.api_key);
+    let found: i64 = db
+        .query_one(
+            "SELECT count(*) FROM api_keys WHERE encode(key_hash, 'hex') = $1",
+            &[&expected],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(found, 1);
+}
+
+fn sha2_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+#[actix_web::test]
+async fn another_clients_transfer_reads_as_not_found() {
+    let app = spawn_app().await;
+    let other = app.other_client().await;
+    let mine: Value = app
+        .post_transfer(&new_key(), &transfer_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let path = format!("/transfers/{}", mine["id"].as_str().unwrap());
+    assert_eq!(app.get(&path).await.status(), StatusCode::OK);
+    let theirs = assert_problem(
+        app.get_as(&other, &path).await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
+    let nothing = assert_problem(
+        app.get_as(&other, "/transfers/018f0000-0000-7000-8000-000000000000")
+            .await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
+    assert_eq!(theirs, nothing, "indistinguishable from a nonexistent id");
+    let list: Value = app.get_as(&other, "/transfers").await.json().await.unwrap();
+    assert_eq!(list["data"].as_array().unwrap().len(), 0);
+}
+
+#[actix_web::test]
+async fn idempotency_keys_are_scoped_per_client() {
+    let app = spawn_app().await;
+    let other = app.other_client().await;
+    let key = new_key();
+    let a: Value = app
+        .post_transfer(&key, &transfer_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let res = app.post_transfer_as(&other, &key, &transfer_body()).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    let b: Value = res.json().await.unwrap();
+    assert_ne!(a["id"], b["id"]);
+    assert_eq!(app.count("transfers").await, 2);
+}
+
+#[actix_web::test]
+async fn a_revoked_key_is_refused_at_once() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/transfers").await.status(), StatusCode::OK);
+    let hash = payrail::domain::ApiKey::from_presented(&app.api_key).hash();
+    assert!(app.store.revoke_api_key(&hash).await.unwrap());
+    assert_problem(
+        app.get("/transfers").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+}

@@ -1,0 +1,271 @@
+//! SPEC §3: `POST /transfers`, its outcome table and its body rules.
+
+mod common;
+
+use common::{assert_problem, new_key, spawn_app, transfer_body};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+#[actix_web::test]
+async fn a_new_key_creates_a_pending_transfer() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let res = app.post_transfer(&key, &transfer_body()).await;
+
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    let location = res.headers()["location"].to_str().unwrap().to_owned();
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        location,
+        format!("/transfers/{}", body["id"].as_str().unwrap())
+    );
+    assert_eq!(body["status"], "pending");
+    assert_eq!(body["amount"], 1500);
+    assert_eq!(body["currency"], "USD");
+    assert_eq!(body["source_account"], "acc_alice");
+    assert_eq!(body["destination_account"], "acc_bob");
+    assert_eq!(body["description"], "rent");
+    assert_eq!(body["metadata"], json!({"order": "A-17"}));
+    assert_eq!(body["idempotency_key"], key);
+    assert_eq!(body["created_at"], body["updated_at"]);
+    assert!(body["provider_reference"].is_null() && body["failure_reason"].is_null());
+    let id = uuid::Uuid::parse_str(body["id"].as_str().unwrap()).unwrap();
+    assert_eq!(id.get_version_num(), 7);
+
+    // One key row, one transfer row and one outbox row, all naming it.
+    let db = app.db().await;
+    let row = db
+        .query_one(
+            "SELECT k.transfer_id, t.status, o.transfer_id FROM idempotency_keys k \
+             JOIN transfers t ON t.id = k.transfer_id JOIN outbox o ON o.transfer_id = t.id WHERE k.key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, uuid::Uuid>(0), id);
+    assert_eq!(row.get::<_, String>(1), "pending");
+
+    // GET shows the same representation.
+    let got: Value = app.get(&location).await.json().await.unwrap();
+    assert_eq!(got, body);
+}
+
+#[actix_web::test]
+async fn a_retry_gets_the_first_answer_byte_for_byte() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first = app.post_transfer(&key, &transfer_body()).await;
+    let first_location = first.headers()["location"].clone();
+    let first_body = first.bytes().await.unwrap();
+
+    // Field order and whitespace differ; the fingerprint does not.
+    let reordered = r#"{ "metadata": {"order": "A-17"}, "description": "rent",
+        "destination_account": "acc_bob", "source_account": "acc_alice", "currency": "USD", "amount": 1500 }"#;
+    let retry = app
+        .post_raw(Some(&key), "application/json", reordered.into())
+        .await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.headers()["location"], first_location);
+    assert_eq!(retry.bytes().await.unwrap(), first_body);
+    assert_eq!(app.count("transfers").await, 1);
+    assert_eq!(app.count("outbox").await, 1);
+}
+
+#[actix_web::test]
+async fn the_quoted_key_form_names_the_same_key() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first: Value = app
+        .post_transfer(&key, &transfer_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let quoted = app
+        .post_transfer(&format!("\"{key}\""), &transfer_body())
+        .await;
+    assert_eq!(quoted.headers()["idempotent-replayed"], "true");
+    let again: Value = quoted.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+}
+
+#[actix_web::test]
+async fn the_same_key_with_a_different_request_is_refused_and_changes_nothing() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first: Value = app
+        .post_transfer(&key, &transfer_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    for (field, value) in [
+        ("amount", json!(1501)),
+        ("currency", json!("EUR")),
+        ("description", json!(null)),
+        ("metadata", json!({"order": "A-18"})),
+    ] {
+        let mut changed = transfer_body();
+        changed[field] = value;
+        let res = app.post_transfer(&key, &changed).await;
+        assert_problem(
+            res,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+        )
+        .await;
+    }
+    assert_eq!(app.count("transfers").await, 1);
+    let still: Value = app
+        .get(&format!("/transfers/{}", first["id"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(still["amount"], 1500);
+    // And the original request still replays.
+    let replay = app.post_transfer(&key, &transfer_body()).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}
+
+#[actix_web::test]
+async fn idempotency_key_header_rules() {
+    let app = spawn_app().await;
+    let body = serde_json::to_vec(&transfer_body()).unwrap();
+    let res = app.post_raw(None, "application/json", body.clone()).await;
+    assert_problem(res, StatusCode::BAD_REQUEST, "idempotency-key-missing").await;
+
+    let too_long = "k".repeat(256);
+    for bad in ["", "has space", "\"unterminated", too_long.as_str(), "\"\""] {
+        let res = app
+            .post_raw(Some(bad), "application/json", body.clone())
+            .await;
+        assert_problem(res, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+    }
+    let longest = "k".repeat(255);
+    let res = app
+        .post_raw(Some(&longest), "application/json", body.clone())
+        .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+
+    // Two Idempotency-Key headers: which one was meant cannot be known.
+    let res = app
+        .http
+        .post(format!("{}/transfers", app.address))
+        .bearer_auth(&app.api_key)
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .json(&transfer_body())
+        .send()
+        .await
+        .unwrap();
+    assert_problem(res, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+}
+
+#[actix_web::test]
+async fn body_rules_map_to_their_problems() {
+    let app = spawn_app().await;
+    let body = serde_json::to_vec(&transfer_body()).unwrap();
+
+    let res = app
+        .post_raw(Some(&new_key()), "text/plain", body.clone())
+        .await;
+    assert_problem(
+        res,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported-media-type",
+    )
+    .await;
+    let res = app
+        .post_raw(
+            Some(&new_key()),
+            "application/json; charset=utf-8",
+            body.clone(),
+        )
+        .await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+
+    let res = app
+        .post_raw(
+            Some(&new_key()),
+            "application/json",
+            b"{\"amount\": ".to_vec(),
+        )
+        .await;
+    assert_problem(res, StatusCode::BAD_REQUEST, "malformed-json").await;
+    let res = app
+        .post_raw(Some(&new_key()), "application/json", vec![0xff, 0xfe, b'{'])
+        .await;
+    assert_problem(res, StatusCode::BAD_REQUEST, "malformed-json").await;
+
+    let mut big = transfer_body();
+    big["description"] = json!("x".repeat(64 * 1024));
+    let res = app.post_transfer(&new_key(), &big).await;
+    assert_problem(res, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+
+    let res = app
+        .post_raw(Some(&new_key()), "application/json", b"[1, 2]".to_vec())
+        .await;
+    assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+
+    let mut bad = transfer_body();
+    bad["amount"] = json!(0);
+    bad["currency"] = json!("usd");
+    bad["destination_account"] = json!("acc_alice");
+    bad["surprise"] = json!(1);
+    let res = app.post_transfer(&new_key(), &bad).await;
+    let problem = assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    let fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    for f in ["amount", "currency", "destination_account", "surprise"] {
+        assert!(fields.contains(&f), "{f} in {fields:?}");
+    }
+    assert!(problem["errors"][0]["message"].is_string());
+    assert_eq!(
+        app.count("transfers").await,
+        1,
+        "only the one valid request stored"
+    );
+}
+
+#[actix_web::test]
+async fn a_rejected_request_stores_nothing_and_the_key_stays_usable() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let mut bad = transfer_body();
+    bad["amount"] = json!(-1);
+    assert_eq!(
+        app.post_transfer(&key, &bad).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let res = app
+        .post_raw(Some(&key), "application/json", b"nope".to_vec())
+        .await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.count("idempotency_keys").await, 0);
+
+    let res = app.post_transfer(&key, &transfer_body()).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+}
+
+#[actix_web::test]
+async fn errors_never_leak_internals() {
+    let app = spawn_app().await;
+    let res = app.get("/nowhere").await;
+    let body = assert_problem(res, StatusCode::NOT_FOUND, "not-found").await;
+    assert!(!body.to_string().to_lowercase().contains("sql"));
+    let res = app
+        .http
+        .delete(format!("{}/transfers", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+}

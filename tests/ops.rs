@@ -1,0 +1,100 @@
+//! SPEC §9: health, readiness, metrics and the OpenAPI document.
+
+mod common;
+
+use common::{new_key, spawn_app, transfer_body};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+#[actix_web::test]
+async fn health_and_readiness() {
+    let app = spawn_app().await;
+    let res = app
+        .http
+        .get(format!("{}/healthz", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = app
+        .http
+        .get(format!("{}/readyz", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().contains_key("x-request-id"));
+}
+
+#[actix_web::test]
+async fn metrics_count_requests_batches_and_cache_hits() {
+    let app = spawn_app().await;
+    let key = new_key();
+    app.post_transfer(&key, &transfer_body()).await;
+    app.post_transfer(&key, &transfer_body()).await;
+    let text = app
+        .http
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "payrail_http_requests_total{route=\"/transfers\",method=\"POST\",status=\"201\"}",
+        "payrail_http_request_duration_seconds_bucket",
+        "payrail_shard_queue_depth",
+        "payrail_shard_batch_size_bucket",
+        "payrail_replay_cache_hits_total",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+}
+
+#[actix_web::test]
+async fn the_openapi_document_describes_the_api() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .http
+        .get(format!("{}/openapi.json", app.address))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    for path in [
+        "/transfers",
+        "/transfers/{id}",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path}");
+    }
+    let post = &doc["paths"]["/transfers"]["post"];
+    for status in ["201", "400", "401", "409", "413", "415", "422", "503"] {
+        assert!(
+            post["responses"][status].is_object(),
+            "POST /transfers {status}"
+        );
+    }
+    let schema = &doc["components"]["schemas"]["TransferView"]["properties"];
+    for field in [
+        "id",
+        "status",
+        "amount",
+        "currency",
+        "idempotency_key",
+        "provider_reference",
+        "failure_reason",
+    ] {
+        assert!(schema[field].is_object(), "{field}");
+    }
+    assert_eq!(
+        doc["components"]["schemas"]["CreateTransfer"]["additionalProperties"],
+        false
+    );
+}

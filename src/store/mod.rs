@@ -48,6 +48,8 @@ pub enum StoreError {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// For the relay's LISTEN connection, which must not come from the pool.
+    pg_config: tokio_postgres::Config,
     op_timeout: Duration,
 }
 
@@ -67,7 +69,7 @@ impl Store {
             cfg.db_timeout.as_millis()
         ));
         let manager = Manager::from_config(
-            pg,
+            pg.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -83,6 +85,7 @@ impl Store {
             .map_err(|e| StoreError::Config(e.to_string()))?;
         Ok(Self {
             pool,
+            pg_config: pg,
             op_timeout: cfg.db_timeout,
         })
     }

@@ -64,5 +64,6 @@ pub enum ProviderError {
 /// [`Payout::transfer_id`] after any failure.
 pub trait Provider: Send + Sync + 'static {
     /// Executes `payout` once under its business id.
-    fn execute(&self, payout: Payout) -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>>;
+    fn execute(&self, payout: Payout)
+        -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>>;
 }

@@ -1,37 +1,318 @@
-//! Interface stub; the provider simulator lands from its own branch.
+//! `payrail provider-sim`: an in-memory, idempotent payment provider with fault
+//! injection (SPEC §7), the stand-in for a real provider in tests, `payrail dev`
+//! and the load test.
+//!
+//! Routes: `POST /payouts`, `GET /payouts/{id}`, `GET /stats`, `GET /healthz`.
+//! Embed it with [`start`] (returns once bound; port 0 works) or run it as the
+//! CLI does with [`run`].
 
+pub mod faults;
+pub mod handlers;
+pub mod state;
+pub mod wire;
+
+use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
-/// Flags of `payrail provider-sim`.
-#[derive(Debug, Clone, clap::Args)]
+use actix_web::dev::ServerHandle;
+use actix_web::{web, HttpServer};
+
+use self::faults::Faults;
+use self::handlers::App;
+use self::state::SimState;
+
+/// Flags of `payrail provider-sim`; each also reads a `PAYRAIL_SIM_*` env var.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct SimArgs {
-    /// Listen address.
+    /// Address to listen on (`host:port`; port 0 picks a free one).
     #[arg(long, env = "PAYRAIL_SIM_LISTEN", default_value = "127.0.0.1:9090")]
-    pub listen: SocketAddr,
+    pub listen: String,
+
+    /// Delay added to every decided `POST /payouts` answer, after the payout has
+    /// executed, so a client timing out leaves an executed payout behind.
+    #[arg(long, env = "PAYRAIL_SIM_LATENCY_MS", default_value_t = 0)]
+    pub latency_ms: u64,
+
+    /// Probability (0..=1) of answering `503` with `Retry-After: 1` without
+    /// executing or replaying anything.
+    #[arg(long, env = "PAYRAIL_SIM_FAIL_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub fail_rate: f64,
+
+    /// Probability (0..=1) that a payout executing for the first time is stored
+    /// and then its connection dropped without any answer. Replays are always
+    /// answered, so a retry learns the outcome.
+    #[arg(long, env = "PAYRAIL_SIM_AMBIGUOUS_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub ambiguous_rate: f64,
+
+    /// Probability (0..=1) that an executing payout is declined with a random
+    /// reason. Destination accounts starting with `decline` are always declined.
+    #[arg(long, env = "PAYRAIL_SIM_DECLINE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub decline_rate: f64,
+
+    /// Seed of the fault RNG; without it a random seed is chosen and logged.
+    #[arg(long, env = "PAYRAIL_SIM_SEED")]
+    pub seed: Option<u64>,
+
+    /// Most payout records kept in memory; new ids beyond it get `507`
+    /// (repeats of stored ids are still answered).
+    #[arg(long, env = "PAYRAIL_SIM_MAX_PAYOUTS", default_value_t = 1_000_000)]
+    pub max_payouts: usize,
+
+    /// HTTP worker threads (default: actix's choice, the number of cores).
+    #[arg(long, env = "PAYRAIL_SIM_WORKERS")]
+    pub workers: Option<usize>,
 }
 
-/// A running simulator.
+impl Default for SimArgs {
+    /// The same values as the flags' defaults (a unit test keeps them in sync).
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9090".into(),
+            latency_ms: 0,
+            fail_rate: 0.0,
+            ambiguous_rate: 0.0,
+            decline_rate: 0.0,
+            seed: None,
+            max_payouts: 1_000_000,
+            workers: None,
+        }
+    }
+}
+
+/// clap value parser for the `*-rate` flags: a probability in `0..=1`.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    check_rate(v)
+}
+
+fn check_rate(v: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a probability in 0..=1"))
+    }
+}
+
+impl SimArgs {
+    // Re-checked here because embedders build SimArgs directly, bypassing clap.
+    fn validate(&self) -> io::Result<()> {
+        for (name, v) in [
+            ("fail_rate", self.fail_rate),
+            ("ambiguous_rate", self.ambiguous_rate),
+            ("decline_rate", self.decline_rate),
+        ] {
+            check_rate(v)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: {e}")))?;
+        }
+        if self.workers == Some(0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "workers must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A running sim. Dropping it stops the server (without waiting); call
+/// [`SimServer::stop`] to wait for the shutdown.
 pub struct SimServer {
     addr: SocketAddr,
+    handle: ServerHandle,
+    task: Option<tokio::task::JoinHandle<io::Result<()>>>,
 }
 
 impl SimServer {
-    /// Bound address.
+    /// The bound address (the real port when listening on port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
-    /// Base URL.
+
+    /// Base URL for clients, e.g. `http://127.0.0.1:40123`. A wildcard listen
+    /// address is reported as loopback, since a client cannot connect to
+    /// `0.0.0.0`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("http://{addr}")
+    }
+
+    /// The actix handle, to stop, pause or resume the server from elsewhere.
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// Stops gracefully (in-flight requests finish) and waits until it has.
+    pub async fn stop(mut self) -> io::Result<()> {
+        self.handle.stop(true).await;
+        self.join().await
+    }
+
+    /// Waits until the server stops (by its handle, or a fatal error).
+    pub async fn wait(mut self) -> io::Result<()> {
+        self.join().await
+    }
+
+    async fn join(&mut self) -> io::Result<()> {
+        match self.task.take() {
+            Some(task) => task.await.map_err(io::Error::other)?,
+            None => Ok(()),
+        }
     }
 }
 
-/// Starts the simulator.
-pub async fn start(args: SimArgs) -> std::io::Result<SimServer> {
-    Ok(SimServer { addr: args.listen })
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            // ServerHandle::stop sends the command when called; the returned
+            // future only waits for completion, so dropping it is fine here.
+            drop(self.handle.stop(false));
+        }
+    }
 }
 
-/// Runs the simulator until stopped.
-pub async fn run(_args: SimArgs) -> std::io::Result<()> {
-    Ok(())
+/// Binds and starts the sim in the background and returns once it accepts
+/// connections. Must be called inside a Tokio runtime (an actix `System`, as in
+/// `#[actix_web::main]`/`#[actix_web::test]`, or plain `#[tokio::main]`).
+pub async fn start(args: SimArgs) -> io::Result<SimServer> {
+    args.validate()?;
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let app = web::Data::new(App {
+        state: SimState::new(args.max_payouts),
+        faults: Faults::new(seed, args.fail_rate, args.ambiguous_rate, args.decline_rate),
+        latency: Duration::from_millis(args.latency_ms),
+    });
+    let mut server = HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(app.clone())
+            .configure(handlers::configure)
+    })
+    // Signals are the embedder's business; `run` handles them itself.
+    .disable_signals()
+    // A sim has no long requests worth waiting for at shutdown.
+    .shutdown_timeout(2);
+    if let Some(workers) = args.workers {
+        server = server.workers(workers);
+    }
+    let server = server.bind(args.listen.as_str())?;
+    let addr = *server
+        .addrs()
+        .first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "bound to no address"))?;
+    let server = server.run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    tracing::info!(
+        %addr,
+        seed,
+        fail_rate = args.fail_rate,
+        ambiguous_rate = args.ambiguous_rate,
+        decline_rate = args.decline_rate,
+        latency_ms = args.latency_ms,
+        "provider-sim listening"
+    );
+    Ok(SimServer {
+        addr,
+        handle,
+        task: Some(task),
+    })
+}
+
+/// Starts the sim and serves until Ctrl-C or SIGTERM, then stops gracefully.
+pub async fn run(args: SimArgs) -> io::Result<()> {
+    let server = start(args).await?;
+    let handle = server.handle();
+    let stopper = tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("provider-sim stopping");
+        handle.stop(true).await;
+    });
+    let result = server.wait().await;
+    stopper.abort();
+    result
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    #[test]
+    fn default_matches_clap_defaults() {
+        // Guard against env vars leaking in from the developer's shell.
+        if std::env::vars().any(|(k, _)| k.starts_with("PAYRAIL_SIM_")) {
+            return;
+        }
+        assert_eq!(Cli::parse_from(["x"]).sim, SimArgs::default());
+    }
+
+    #[test]
+    fn rates_are_validated() {
+        assert!(Cli::try_parse_from(["x", "--fail-rate", "1.5"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--decline-rate", "-0.1"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--ambiguous-rate", "NaN"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--ambiguous-rate", "nope"]).is_err());
+        let cli = Cli::try_parse_from([
+            "x",
+            "--fail-rate",
+            "1",
+            "--decline-rate",
+            "0.25",
+            "--seed",
+            "9",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.sim.fail_rate, cli.sim.decline_rate, cli.sim.seed),
+            (1.0, 0.25, Some(9))
+        );
+    }
+
+    #[test]
+    fn programmatic_args_are_validated() {
+        let bad = SimArgs {
+            fail_rate: 2.0,
+            ..SimArgs::default()
+        };
+        assert!(bad.validate().is_err());
+        assert!(SimArgs::default().validate().is_ok());
+    }
 }

@@ -125,8 +125,12 @@ impl ServeConfig {
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{flag} must be at least 1"));
         }
-        if self.relay.relay_lease <= self.relay.provider_timeout {
-            return Err("--relay-lease must be longer than --provider-timeout".into());
+        // A live call and its settlement must end before anyone may take the
+        // row over, so that a takeover never overlaps a call in flight.
+        if self.relay.relay_lease <= self.relay.provider_timeout + self.database.db_timeout {
+            return Err(
+                "--relay-lease must be longer than --provider-timeout plus --db-timeout".into(),
+            );
         }
         if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
             return Err("--max-attempts and --reaper-batch must be at least 1".into());

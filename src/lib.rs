@@ -7,6 +7,7 @@ pub mod domain;
 pub mod pgcluster;
 pub mod provider;
 pub mod reaper;
+pub mod relay;
 pub mod shard;
 pub mod sim;
 pub mod startup;

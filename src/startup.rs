@@ -2,6 +2,7 @@
 //! start the engine through [`Application::build`], the same way.
 
 use std::net::TcpListener;
+use std::sync::Arc;
 
 use actix::{Actor, Addr, Arbiter};
 use actix_web::dev::{Server, ServerHandle};
@@ -9,7 +10,9 @@ use actix_web::{middleware::from_fn, web, App, HttpServer};
 
 use crate::api::{self, AppState};
 use crate::config::ServeConfig;
+use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
+use crate::relay::{Relay, RelayLimits};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::Store;
 use crate::telemetry;
@@ -53,6 +56,30 @@ impl Application {
             Reaper::new(reaper_store, reaper_limits)
         });
         arbiters.push(reaper_arbiter);
+
+        match &config.provider_url {
+            Some(url) => {
+                let provider = Arc::new(HttpProvider::new(url, config.relay.provider_timeout)?);
+                let r = &config.relay;
+                let limits = RelayLimits {
+                    concurrency_max: r.relay_concurrency,
+                    poll_interval: r.relay_poll,
+                    lease: r.relay_lease,
+                    attempts_max: r.max_attempts,
+                    retry_base: r.retry_base,
+                    retry_cap: r.retry_cap,
+                };
+                let relay_arbiter = Arbiter::new();
+                let relay_store = store.clone();
+                Relay::start_in_arbiter(&relay_arbiter.handle(), move |_| {
+                    Relay::new(relay_store, provider, limits)
+                });
+                arbiters.push(relay_arbiter);
+            }
+            None => {
+                tracing::warn!("no --provider-url: the relay is off and transfers stay pending")
+            }
+        }
 
         let state = web::Data::new(AppState {
             store: store.clone(),

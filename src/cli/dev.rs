@@ -81,14 +81,10 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
 }
 
 fn sim_args(listen: SocketAddr) -> SimArgs {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Only {
-        #[command(flatten)]
-        sim: SimArgs,
+    SimArgs {
+        listen: listen.to_string(),
+        ..SimArgs::default()
     }
-    let listen = listen.to_string();
-    Only::parse_from(["provider-sim", "--listen", &listen]).sim
 }
 
 /// Creates the database unless it exists (Postgres has no CREATE DATABASE IF NOT EXISTS).

@@ -2,6 +2,7 @@
 
 mod client;
 mod dev;
+mod outbox;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -27,6 +28,9 @@ pub enum Command {
     /// Manages clients (tenants) and their API keys.
     #[command(subcommand)]
     Client(ClientCommand),
+    /// Inspects and retries outbox rows.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
     /// Runs the provider simulator (SPEC §7).
     ProviderSim(SimArgs),
     /// Runs everything on this machine for a newcomer: a private Postgres,
@@ -61,6 +65,29 @@ pub enum ClientCommand {
     },
 }
 
+/// `payrail outbox …`
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// Prints outbox rows as JSON lines, oldest first.
+    List {
+        /// Only dead-lettered rows.
+        #[arg(long)]
+        dead: bool,
+        /// Most rows printed.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        #[command(flatten)]
+        database: DatabaseConfig,
+    },
+    /// Puts a dead-lettered row back in line with a fresh attempt budget.
+    Retry {
+        /// The transfer id of the row.
+        transfer_id: String,
+        #[command(flatten)]
+        database: DatabaseConfig,
+    },
+}
+
 /// Runs a parsed command line to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -77,6 +104,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Client(cmd) => client::run(cmd).await,
+        Command::Outbox(cmd) => outbox::run(cmd).await,
         Command::ProviderSim(args) => Ok(crate::sim::run(args).await?),
         Command::Dev(args) => dev::run(args).await,
     }

@@ -100,7 +100,11 @@ FROM claimed c JOIN transfers t ON t.id = c.transfer_id";
 
 impl Store {
     /// Claims up to `limit` due rows for `lease`.
-    pub async fn claim_outbox(&self, limit: i64, lease: Duration) -> Result<Vec<ClaimedRow>, StoreError> {
+    pub async fn claim_outbox(
+        &self,
+        limit: i64,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedRow>, StoreError> {
         self.with_client(|client| async move {
             let stmt = client.prepare_cached(CLAIM).await?;
             let rows = client.query(&stmt, &[&limit, &lease.as_secs_f64()]).await?;
@@ -124,7 +128,11 @@ impl Store {
     /// Records how a claimed row's call ended, in one transaction with the
     /// transfer's new status. False when the claim was fenced out (another
     /// process took the row over after our lease ran out).
-    pub async fn settle_outbox(&self, row: &ClaimedRow, settlement: &Settlement) -> Result<bool, StoreError> {
+    pub async fn settle_outbox(
+        &self,
+        row: &ClaimedRow,
+        settlement: &Settlement,
+    ) -> Result<bool, StoreError> {
         let id = row.payout.transfer_id;
         let attempt = row.attempt;
         self.with_client(|mut client| async move {
@@ -172,7 +180,11 @@ impl Store {
     }
 
     /// Outbox rows, oldest first; only dead ones with `dead_only`.
-    pub async fn outbox_entries(&self, dead_only: bool, limit: i64) -> Result<Vec<OutboxEntry>, StoreError> {
+    pub async fn outbox_entries(
+        &self,
+        dead_only: bool,
+        limit: i64,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
         self.with_client(|client| async move {
             let rows = client
                 .query(

@@ -223,3 +223,54 @@ async fn an_expired_key_is_new_again_and_the_reaper_deletes_old_rows() {
     assert_eq!(left, 0, "expired key rows are reaped");
     assert_eq!(app.count("transfers").await, 2, "transfers are kept");
 }
+
+#[actix_web::test]
+async fn the_relay_recovers_from_a_postgres_restart_by_itself() {
+    let sim = common::spawn_sim(payrail::sim::SimArgs::default()).await;
+    let pg = tokio::task::spawn_blocking(OwnCluster::start)
+        .await
+        .unwrap();
+    let db = fresh_database_on(&pg.cluster.url("postgres")).await;
+    let flags = [
+        "--provider-url",
+        &sim.url(),
+        "--db-timeout",
+        "2s",
+        "--db-connect-timeout",
+        "1s",
+        "--relay-poll",
+        "200ms",
+    ];
+    let app = spawn_app_with(&db, &flags).await;
+    app.create_transfers(5, &transfer_body()).await;
+    common::wait_for("the first five", Duration::from_secs(20), || async {
+        app.count_status("succeeded").await == 5
+    })
+    .await;
+
+    let cluster = pg.cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        cluster.stop(StopMode::Immediate)?;
+        cluster.start()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let mut created = 0;
+    while created < 5 {
+        match app
+            .post_transfer(&new_key(), &transfer_body())
+            .await
+            .status()
+        {
+            StatusCode::CREATED => created += 1,
+            StatusCode::SERVICE_UNAVAILABLE => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    common::wait_for("all ten", Duration::from_secs(30), || async {
+        app.count_status("succeeded").await == 10
+    })
+    .await;
+    assert_eq!(common::sim_stats(&sim).await.executions, 10);
+}

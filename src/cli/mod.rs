@@ -117,7 +117,9 @@ where
     I: IntoIterator<Item = S>,
     S: Into<std::ffi::OsString> + Clone,
 {
+    // Later flags win, so callers can override a default they passed.
     #[derive(Parser)]
+    #[command(args_override_self = true)]
     struct Only {
         #[command(flatten)]
         config: ServeConfig,

@@ -124,6 +124,13 @@ pub async fn spawn_app_with(database_url: &str, extra: &[&str]) -> TestApp {
 }
 
 impl TestApp {
+    /// This app, acting as `other`'s client (for apps sharing a database).
+    pub fn as_client_of(mut self, other: &TestApp) -> TestApp {
+        self.api_key = other.api_key.clone();
+        self.client_id = other.client_id;
+        self
+    }
+
     /// A second API key, of a new client.
     pub async fn other_client(&self) -> String {
         let (_, key) = self.store.create_client("other").await.unwrap();
@@ -214,4 +221,74 @@ pub async fn assert_problem(res: Response, status: StatusCode, slug: &str) -> Va
         "{body}"
     );
     body
+}
+
+/// provider-sim on a random port, one worker, seeded.
+pub async fn spawn_sim(args: payrail::sim::SimArgs) -> payrail::sim::SimServer {
+    payrail::sim::start(payrail::sim::SimArgs {
+        listen: "127.0.0.1:0".into(),
+        workers: Some(1),
+        seed: Some(7),
+        ..args
+    })
+    .await
+    .expect("provider-sim starts")
+}
+
+/// provider-sim's `/stats`.
+pub async fn sim_stats(sim: &payrail::sim::SimServer) -> payrail::sim::wire::Stats {
+    reqwest::get(format!("{}/stats", sim.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Polls `check` every 50 ms until it holds; panics after `timeout`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl TestApp {
+    /// Transfers in `status`.
+    pub async fn count_status(&self, status: &str) -> i64 {
+        self.db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM transfers WHERE status = $1",
+                &[&status],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Creates `n` transfers, ten at a time, and returns their ids.
+    pub async fn create_transfers(&self, n: usize, body: &Value) -> Vec<String> {
+        let mut ids = Vec::with_capacity(n);
+        for chunk in (0..n).collect::<Vec<_>>().chunks(10) {
+            let sends = chunk.iter().map(|_| async {
+                let res = self.post_transfer(&new_key(), body).await;
+                assert_eq!(res.status(), StatusCode::CREATED);
+                res.json::<Value>().await.unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            });
+            ids.extend(futures::future::join_all(sends).await);
+        }
+        ids
+    }
 }

@@ -1,0 +1,363 @@
+//! SPEC §6: the outbox relay against provider-sim over real HTTP.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{
+    fresh_database, sim_stats, spawn_app_with, spawn_sim, transfer_body, wait_for, TestApp,
+};
+use payrail::sim::SimArgs;
+use serde_json::{json, Value};
+
+/// Relay flags that keep tests quick: short polls and backoff.
+fn relay_flags(provider_url: &str) -> Vec<String> {
+    [
+        "--provider-url",
+        provider_url,
+        "--relay-poll",
+        "200ms",
+        "--retry-base",
+        "20ms",
+        "--retry-cap",
+        "500ms",
+        "--provider-timeout",
+        "2s",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+async fn spawn_relaying(db: &str, provider_url: &str, extra: &[&str]) -> TestApp {
+    let mut flags = relay_flags(provider_url);
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    spawn_app_with(db, &flags).await
+}
+
+async fn transfer(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/transfers/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn wait_final(app: &TestApp, id: &str) -> Value {
+    wait_for("a final status", Duration::from_secs(20), || async {
+        transfer(app, id).await["status"] != "pending"
+    })
+    .await;
+    transfer(app, id).await
+}
+
+#[actix_web::test]
+async fn an_executed_payout_makes_the_transfer_succeed_with_the_reference() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
+    let id = app.create_transfers(1, &transfer_body()).await.remove(0);
+
+    let t = wait_final(&app, &id).await;
+    assert_eq!(t["status"], "succeeded");
+    assert!(t["provider_reference"]
+        .as_str()
+        .unwrap()
+        .starts_with("sim_"));
+    assert!(t["failure_reason"].is_null());
+    assert_ne!(t["updated_at"], t["created_at"]);
+    assert_eq!(
+        app.count("outbox").await,
+        0,
+        "the row completes with the status"
+    );
+    let record: Value = reqwest::get(format!("{}/payouts/{id}", sim.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["amount"], 1500);
+    assert_eq!(record["destination_account"], "acc_bob");
+    assert_eq!(sim_stats(&sim).await.executions, 1);
+}
+
+#[actix_web::test]
+async fn a_declined_payout_fails_the_transfer_with_the_reason() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
+    let mut body = transfer_body();
+    body["destination_account"] = json!("decline_me");
+    let id = app.create_transfers(1, &body).await.remove(0);
+
+    let t = wait_final(&app, &id).await;
+    assert_eq!(t["status"], "failed");
+    assert_eq!(t["failure_reason"], "insufficient_funds");
+    assert!(t["provider_reference"].is_null());
+}
+
+#[actix_web::test]
+async fn a_permanent_provider_error_fails_the_transfer() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let db = fresh_database().await;
+    // First without a relay, so the payout can be pre-empted at the provider
+    // with a different body under the same business id: a permanent 422.
+    let quiet = spawn_app_with(&db, &[]).await;
+    let id = quiet.create_transfers(1, &transfer_body()).await.remove(0);
+    let res = reqwest::Client::new()
+        .post(format!("{}/payouts", sim.url()))
+        .header("Idempotency-Key", &id)
+        .json(&json!({"transfer_id": id, "amount": 1, "currency": "USD",
+                      "source_account": "x", "destination_account": "y"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+
+    let app = spawn_relaying(&db, &sim.url(), &[])
+        .await
+        .as_client_of(&quiet);
+    let t = wait_final(&app, &id).await;
+    assert_eq!(t["status"], "failed");
+    assert!(t["failure_reason"].as_str().unwrap().contains("422"), "{t}");
+}
+
+#[actix_web::test]
+async fn transient_failures_are_retried_no_sooner_than_retry_after() {
+    let sim = spawn_sim(SimArgs {
+        fail_rate: 1.0,
+        ..SimArgs::default()
+    })
+    .await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &["--retry-cap", "5s"]).await;
+    let id = app.create_transfers(1, &transfer_body()).await.remove(0);
+    let db = app.db().await;
+
+    let first_failure = || async {
+        let row = db
+            .query_one(
+                "SELECT attempts, last_error, EXTRACT(EPOCH FROM available_at - now())::float8 FROM outbox",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, Option<String>>(1)
+            .map(|e| (row.get::<_, i32>(0), e, row.get::<_, f64>(2)))
+    };
+    wait_for(
+        "the first failed attempt",
+        Duration::from_secs(10),
+        || async { first_failure().await.is_some() },
+    )
+    .await;
+    let (attempts, error, due_in) = first_failure().await.unwrap();
+    assert_eq!(attempts, 1);
+    assert!(error.contains("503"), "{error}");
+    // The sim says Retry-After: 1; the backoff alone would be under 20 ms.
+    assert!(due_in > 0.5, "next attempt due in {due_in}s");
+    wait_for("a second attempt", Duration::from_secs(10), || async {
+        db.query_one("SELECT attempts FROM outbox", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+            >= 2
+    })
+    .await;
+    assert_eq!(transfer(&app, &id).await["status"], "pending");
+    assert_eq!(sim_stats(&sim).await.executions, 0);
+}
+
+#[actix_web::test]
+async fn under_provider_faults_every_transfer_executes_exactly_once() {
+    let sim = spawn_sim(SimArgs {
+        fail_rate: 0.2,
+        ambiguous_rate: 0.1,
+        ..SimArgs::default()
+    })
+    .await;
+    let app = spawn_relaying(
+        &fresh_database().await,
+        &sim.url(),
+        &["--retry-cap", "200ms"],
+    )
+    .await;
+    app.create_transfers(500, &transfer_body()).await;
+
+    wait_for(
+        "500 succeeded transfers",
+        Duration::from_secs(90),
+        || async { app.count_status("succeeded").await == 500 },
+    )
+    .await;
+    let stats = sim_stats(&sim).await;
+    assert_eq!(stats.executions, 500);
+    assert_eq!(stats.distinct_ids, 500);
+    assert!(
+        stats.requests > stats.executions,
+        "faults forced retries: {stats:?}"
+    );
+    assert_eq!(app.count("outbox").await, 0);
+}
+
+#[actix_web::test]
+async fn two_processes_drain_one_outbox_without_sending_a_row_twice() {
+    let sim = spawn_sim(SimArgs {
+        latency_ms: 20,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let a = spawn_relaying(&db, &sim.url(), &[]).await;
+    let b = spawn_relaying(&db, &sim.url(), &[]).await;
+    let body = transfer_body();
+    let (x, y) = futures::join!(
+        a.create_transfers(100, &body),
+        b.create_transfers(100, &body)
+    );
+    assert_eq!(x.len() + y.len(), 200);
+
+    wait_for(
+        "200 succeeded transfers",
+        Duration::from_secs(60),
+        || async { a.count_status("succeeded").await == 200 },
+    )
+    .await;
+    let stats = sim_stats(&sim).await;
+    assert_eq!(stats.executions, 200);
+    // No faults were injected, so any repeat would be a row sent twice.
+    assert_eq!(stats.requests, 200, "{stats:?}");
+    assert_eq!(stats.replays, 0);
+}
+
+#[actix_web::test]
+async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
+    let broken = spawn_sim(SimArgs {
+        fail_rate: 1.0,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let app = spawn_relaying(
+        &db,
+        &broken.url(),
+        &["--max-attempts", "3", "--retry-cap", "50ms"],
+    )
+    .await;
+    let id = app.create_transfers(1, &transfer_body()).await.remove(0);
+    let conn = app.db().await;
+    wait_for("a dead letter", Duration::from_secs(15), || async {
+        conn.query_one("SELECT dead_at IS NOT NULL FROM outbox", &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    assert_eq!(
+        sim_stats(&broken).await.requests,
+        3,
+        "exactly --max-attempts calls"
+    );
+    assert_eq!(transfer(&app, &id).await["status"], "pending");
+
+    let listed = payrail_cli(&["outbox", "list", "--dead", "--database-url", &db]);
+    assert!(listed.status.success());
+    let line: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(line["transfer_id"], id);
+    assert_eq!(line["attempts"], 3);
+    app.stop().await;
+
+    let healthy = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&db, &healthy.url(), &[])
+        .await
+        .as_client_of(&app);
+    let retried = payrail_cli(&["outbox", "retry", &id, "--database-url", &db]);
+    assert!(
+        retried.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retried.stderr)
+    );
+    assert_eq!(wait_final(&app, &id).await["status"], "succeeded");
+    let again = payrail_cli(&["outbox", "retry", &id, "--database-url", &db]);
+    assert!(!again.status.success(), "no dead row is left to retry");
+}
+
+fn payrail_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_payrail"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[actix_web::test]
+async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
+    let sim = spawn_sim(SimArgs {
+        latency_ms: 1500,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let quiet = spawn_app_with(&db, &[]).await;
+    let ids = quiet.create_transfers(10, &transfer_body()).await;
+
+    let mut victim = Command::new(env!("CARGO_BIN_EXE_payrail"))
+        .args([
+            "serve",
+            "--database-url",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            &sim.url(),
+        ])
+        .args([
+            "--relay-lease",
+            "4s",
+            "--provider-timeout",
+            "2s",
+            "--db-timeout",
+            "1s",
+            "--relay-poll",
+            "100ms",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let conn = quiet.db().await;
+    wait_for(
+        "the victim to hold rows and call the provider",
+        Duration::from_secs(20),
+        || async {
+            let held: i64 = conn
+                .query_one(
+                    "SELECT count(*) FROM outbox WHERE locked_until > now()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            held == 10 && sim_stats(&sim).await.requests >= 1
+        },
+    )
+    .await;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+
+    let rescuer = spawn_relaying(&db, &sim.url(), &["--relay-poll", "100ms"])
+        .await
+        .as_client_of(&quiet);
+    wait_for(
+        "the rescuer to finish every row",
+        Duration::from_secs(30),
+        || async { rescuer.count_status("succeeded").await == 10 },
+    )
+    .await;
+    let stats = sim_stats(&sim).await;
+    assert_eq!(stats.executions, 10);
+    assert_eq!(stats.distinct_ids, 10);
+    for id in ids {
+        assert!(transfer(&rescuer, &id).await["provider_reference"].is_string());
+    }
+}

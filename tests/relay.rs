@@ -116,7 +116,7 @@ async fn a_permanent_provider_error_fails_the_transfer() {
 
     let app = spawn_relaying(&db, &sim.url(), &[])
         .await
-        .as_client_of(&quiet);
+        .acting_for(&quiet);
     let t = wait_final(&app, &id).await;
     assert_eq!(t["status"], "failed");
     assert!(t["failure_reason"].as_str().unwrap().contains("422"), "{t}");
@@ -269,7 +269,7 @@ async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
     let healthy = spawn_sim(SimArgs::default()).await;
     let app = spawn_relaying(&db, &healthy.url(), &[])
         .await
-        .as_client_of(&app);
+        .acting_for(&app);
     let retried = payrail_cli(&["outbox", "retry", &id, "--database-url", &db]);
     assert!(
         retried.status.success(),
@@ -347,7 +347,7 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
 
     let rescuer = spawn_relaying(&db, &sim.url(), &["--relay-poll", "100ms"])
         .await
-        .as_client_of(&quiet);
+        .acting_for(&quiet);
     wait_for(
         "the rescuer to finish every row",
         Duration::from_secs(30),

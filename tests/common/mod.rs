@@ -125,7 +125,7 @@ pub async fn spawn_app_with(database_url: &str, extra: &[&str]) -> TestApp {
 
 impl TestApp {
     /// This app, acting as `other`'s client (for apps sharing a database).
-    pub fn as_client_of(mut self, other: &TestApp) -> TestApp {
+    pub fn acting_for(mut self, other: &TestApp) -> TestApp {
         self.api_key = other.api_key.clone();
         self.client_id = other.client_id;
         self

@@ -6,11 +6,8 @@ use actix::prelude::*;
 use super::{retry_delay, RelayLimits};
 use crate::domain::TransferStatus;
 use crate::provider::{Provider, ProviderError, ProviderOutcome};
-use crate::store::outbox::{ClaimedRow, Settlement};
+use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
 use crate::store::Store;
-
-/// How long the listener waits before reconnecting after its connection broke.
-const LISTEN_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// "Due rows may exist": sent by the LISTEN connection, the poll timer and
 /// finished calls. Idempotent, so a full mailbox can drop it.
@@ -91,21 +88,12 @@ impl Relay {
                 .record(started.elapsed().as_secs_f64());
             metrics::counter!("payrail_provider_calls_total", "outcome" => outcome_label(&result))
                 .increment(1);
+            tracing::debug!(transfer_id = %row.payout.transfer_id, attempt = row.attempt, ?result, "provider answered");
             let settlement = settlement(&row, result, &limits);
             if let Settlement::Dead { error } = &settlement {
                 tracing::error!(transfer_id = %row.payout.transfer_id, attempts = row.attempt, %error, "dead-lettered");
             }
-            match store.settle_outbox(&row, &settlement).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::info!(transfer_id = %row.payout.transfer_id, "claim was taken over; left to the new holder")
-                }
-                // The lease runs out and the row is claimed again; the
-                // provider answers the repeat from its record.
-                Err(e) => {
-                    tracing::warn!(transfer_id = %row.payout.transfer_id, error = %e, "settling failed; the lease will expire")
-                }
-            }
+            settle(&store, &row, &settlement).await;
         };
         ctx.spawn(call.into_actor(self).map(|(), relay, ctx| {
             relay.in_flight -= 1;
@@ -126,6 +114,37 @@ impl Relay {
             }
             .into_actor(self),
         );
+    }
+}
+
+/// Settling tries this often before leaving the row to its lease: right
+/// after a Postgres restart the pool may hand out a connection that is
+/// already dead, and a retry on a fresh one saves a whole lease period.
+const SETTLE_TRIES_MAX: u32 = 3;
+/// Pause between settle tries.
+const SETTLE_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+async fn settle(store: &Store, row: &ClaimedRow, settlement: &Settlement) {
+    let id = row.payout.transfer_id;
+    for attempt in 1..=SETTLE_TRIES_MAX {
+        let r = store.settle_outbox(row, settlement).await;
+        tracing::debug!(transfer_id = %id, ?r, "settled");
+        match r {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::info!(transfer_id = %id, "claim was taken over; left to the new holder");
+                return;
+            }
+            Err(e) if attempt < SETTLE_TRIES_MAX => {
+                tracing::debug!(transfer_id = %id, error = %e, "settling failed; trying again");
+                tokio::time::sleep(SETTLE_RETRY_DELAY).await;
+            }
+            // The lease runs out and the row is claimed again; the provider
+            // answers the repeat from its record.
+            Err(e) => {
+                tracing::warn!(transfer_id = %id, error = %e, "settling failed; the lease will expire")
+            }
+        }
     }
 }
 
@@ -186,19 +205,10 @@ impl Actor for Relay {
         });
         // LISTEN on a connection of its own; reconnect whenever it breaks
         // (a Postgres restart, say). Polling covers the gaps.
-        let store = self.store.clone();
         let me = ctx.address();
-        let listen = async move {
-            loop {
-                let wake = || {
-                    let _ = me.try_send(Wake);
-                };
-                if let Err(e) = store.listen_outbox(wake).await {
-                    tracing::warn!(error = %e, "outbox listener lost its connection; reconnecting");
-                }
-                tokio::time::sleep(LISTEN_RECONNECT_DELAY).await;
-            }
-        };
+        let listen = self.store.clone().listen_forever(OUTBOX_CHANNEL, move |_| {
+            let _ = me.try_send(Wake);
+        });
         ctx.spawn(listen.into_actor(self));
     }
 }

@@ -5,6 +5,7 @@
 mod clients;
 mod keys;
 mod migrate;
+mod notify;
 pub mod outbox;
 mod transfers;
 
@@ -17,6 +18,7 @@ use tokio_postgres::NoTls;
 use crate::config::DatabaseConfig;
 
 pub use keys::{KeyWrite, StoredAnswer, WriteOutcome};
+pub use notify::Heard;
 pub use transfers::TransferPage;
 
 /// Why a database operation did not complete. Callers answer all of these

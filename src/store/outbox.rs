@@ -6,8 +6,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
-use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
 use super::{Store, StoreError};
@@ -241,36 +239,5 @@ impl Store {
             Ok(OutboxStats { backlog: row.get(0), dead: row.get(1), oldest_due_age_secs: row.get(2) })
         })
         .await
-    }
-
-    /// Opens a connection of its own, LISTENs on the outbox channel and calls
-    /// `on_notify` for each notification (and once right after LISTEN, so
-    /// rows committed while nobody listened are not missed). Returns when the
-    /// connection breaks; the caller reconnects.
-    pub async fn listen_outbox(&self, on_notify: impl Fn()) -> Result<(), StoreError> {
-        let connect = self.pg_config.connect(tokio_postgres::NoTls);
-        let (client, mut connection) = tokio::time::timeout(self.op_timeout, connect)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))??;
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        let listen_sql = format!("LISTEN {OUTBOX_CHANNEL}");
-        let listen = client.batch_execute(&listen_sql);
-        futures::pin_mut!(listen);
-        let mut listening = false;
-        loop {
-            tokio::select! {
-                done = &mut listen, if !listening => {
-                    done?;
-                    listening = true;
-                    on_notify();
-                }
-                message = messages.next() => match message {
-                    Some(Ok(AsyncMessage::Notification(_))) => on_notify(),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(e.into()),
-                    None => return Ok(()),
-                },
-            }
-        }
     }
 }

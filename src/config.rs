@@ -64,6 +64,14 @@ pub struct ServeConfig {
     /// Recent answers kept per shard to serve replays without Postgres.
     #[arg(long, env = "PAYRAIL_REPLAY_CACHE", default_value_t = 10_000)]
     pub replay_cache: usize,
+    /// Requests per second each client may make to `/transfers` (token
+    /// bucket); past it `429 rate-limited` with `Retry-After`, so one client
+    /// cannot starve the shards of the others.
+    #[arg(long, env = "PAYRAIL_RATE_LIMIT", default_value_t = 1000)]
+    pub rate_limit: u32,
+    /// Requests a client may make at once after being idle (the bucket size).
+    #[arg(long, env = "PAYRAIL_RATE_LIMIT_BURST", default_value_t = 1000)]
+    pub rate_limit_burst: u32,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "PAYRAIL_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub body_limit: usize,
@@ -121,6 +129,8 @@ impl ServeConfig {
             ("--replay-cache", self.replay_cache),
             ("--db-pool-size", self.database.db_pool_size),
             ("--relay-concurrency", self.relay.relay_concurrency),
+            ("--rate-limit", self.rate_limit as usize),
+            ("--rate-limit-burst", self.rate_limit_burst as usize),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{flag} must be at least 1"));

@@ -8,7 +8,7 @@ use actix::{Actor, Addr, Arbiter};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{middleware::from_fn, web, App, HttpServer};
 
-use crate::api::{self, AppState};
+use crate::api::{self, AppState, ClientRateLimiter};
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
@@ -84,6 +84,7 @@ impl Application {
         let state = web::Data::new(AppState {
             store: store.clone(),
             shards,
+            rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,
             key_retention: AppState::retention(config.key_retention),
             metrics: telemetry::metrics_handle(),

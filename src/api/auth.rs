@@ -1,4 +1,4 @@
-//! `Authorization: Bearer <api_key>` → the calling client.
+//! `Authorization: Bearer <api_key>` → the calling client, within its rate limit.
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
@@ -25,10 +25,16 @@ impl FromRequest for Caller {
                 (Some(s), Some(k)) => (s, k),
                 _ => return Err(ApiError::Unauthorized),
             };
-            match state.store.authenticate(&key.hash()).await? {
-                Some(client) => Ok(Caller(client)),
-                None => Err(ApiError::Unauthorized),
-            }
+            let client = state
+                .store
+                .authenticate(&key.hash())
+                .await?
+                .ok_or(ApiError::Unauthorized)?;
+            state
+                .rate_limiter
+                .check(client)
+                .map_err(ApiError::RateLimited)?;
+            Ok(Caller(client))
         })
     }
 }

@@ -7,6 +7,7 @@ mod middleware;
 pub mod openapi;
 mod ops;
 pub mod problem;
+mod rate_limit;
 mod transfers;
 
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::store::Store;
 pub use auth::Caller;
 pub use middleware::observe;
 pub use problem::ApiError;
+pub use rate_limit::ClientRateLimiter;
 
 /// What every handler shares.
 pub struct AppState {
@@ -27,6 +29,8 @@ pub struct AppState {
     pub store: Store,
     /// The key-shard actors.
     pub shards: ShardRouter,
+    /// Per-client request budget.
+    pub rate_limiter: ClientRateLimiter,
     /// Largest accepted body, in bytes.
     pub body_limit: usize,
     /// How long a key is remembered.

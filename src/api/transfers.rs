@@ -30,6 +30,7 @@ const PAGE_LIMIT_MAX: i64 = 100;
         (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable or overloaded", body = crate::api::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -88,6 +89,7 @@ fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
         (status = 200, body = TransferView),
         (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found (also for another client's transfer)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -134,6 +136,7 @@ pub struct TransferList {
         (status = 200, body = TransferList),
         (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))

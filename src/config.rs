@@ -75,7 +75,8 @@ pub struct ServeConfig {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "PAYRAIL_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub body_limit: usize,
-    /// Time a client gets to send its request head and body.
+    /// Time a client gets to send its request head, and again its body;
+    /// past it the connection is closed (`408`).
     #[arg(long, env = "PAYRAIL_CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub client_request_timeout: Duration,
     /// How often the reaper deletes expired idempotency keys.

@@ -86,6 +86,7 @@ impl Application {
             shards,
             rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,
+            body_read_timeout: config.client_request_timeout,
             key_retention: AppState::retention(config.key_retention),
             metrics: telemetry::metrics_handle(),
         });

@@ -8,6 +8,7 @@ pub mod openapi;
 mod ops;
 pub mod problem;
 mod rate_limit;
+mod strict_json;
 mod transfers;
 
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub struct AppState {
     pub rate_limiter: ClientRateLimiter,
     /// Largest accepted body, in bytes.
     pub body_limit: usize,
+    /// How long a client may take to send its body.
+    pub body_read_timeout: Duration,
     /// How long a key is remembered.
     pub key_retention: chrono::Duration,
     /// Renders `/metrics`.

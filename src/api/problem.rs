@@ -37,6 +37,9 @@ pub enum ApiError {
     /// The body is not declared as `application/json`.
     #[error("Content-Type must be application/json")]
     UnsupportedMediaType,
+    /// The body did not arrive within the client request timeout.
+    #[error("the body did not arrive within {0:?}")]
+    RequestTimeout(Duration),
     /// The body is larger than the limit.
     #[error("the body is larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -100,6 +103,7 @@ impl ApiError {
             Self::ValidationFailed(_) => "validation-failed",
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
+            Self::RequestTimeout(_) => "request-timeout",
             Self::Unavailable => "unavailable",
             Self::Overloaded => "overloaded",
             Self::RateLimited(_) => "rate-limited",
@@ -119,6 +123,7 @@ impl ApiError {
             Self::ValidationFailed(_) => "Validation failed",
             Self::NotFound => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
+            Self::RequestTimeout(_) => "Request timeout",
             Self::Unavailable => "Service unavailable",
             Self::Overloaded => "Overloaded",
             Self::RateLimited(_) => "Rate limited",
@@ -165,6 +170,7 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }

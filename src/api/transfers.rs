@@ -26,6 +26,7 @@ const PAGE_LIMIT_MAX: i64 = 100;
             headers(("Location" = String), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 408, description = "request-timeout: the body did not arrive within the client request timeout", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "request-in-progress", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type", body = crate::api::problem::Problem, content_type = "application/problem+json"),
@@ -43,7 +44,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let key = idempotency_key(&req)?;
     require_json(&req)?;
-    let body = read_limited(&req, payload, state.body_limit).await?;
+    let body = read_limited(&req, payload, state.body_limit, state.body_read_timeout).await?;
     let request = parse_transfer(&body)?;
 
     let fingerprint = Fingerprint::of_create(&request);

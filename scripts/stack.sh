@@ -1,0 +1,70 @@
+# Shell helpers that run the whole engine on this machine for the smoke,
+# chaos and benchmark scripts: a private cluster (scripts/pg.sh), fresh
+# databases, provider-sim and `payrail serve` processes on loopback ports.
+# Every process started here is stopped on exit, before the cluster is.
+# Needs PAYRAIL_BIN (the payrail binary) set by the caller.
+
+source "$(dirname "${BASH_SOURCE[0]}")/pg.sh"
+
+STACK_PIDS=()
+
+stack_cleanup() {
+    local pid
+    for pid in "${STACK_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    for pid in "${STACK_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    pg_private_cluster_cleanup
+}
+
+# stack_cluster PARENT_DIR [fsync-off|durable]: the cluster, with cleanup of
+# everything on exit.
+stack_cluster() {
+    pg_private_cluster "$@"
+    trap stack_cleanup EXIT
+    STACK_ADMIN_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres"
+}
+
+# stack_fresh_db NAME: creates database NAME, applies the migrations and
+# prints its URL.
+stack_fresh_db() {
+    "$PG_BIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "CREATE DATABASE $1" >/dev/null
+    local url="postgres://postgres@127.0.0.1:${PG_PORT}/$1"
+    "$PAYRAIL_BIN" migrate --database-url "$url" >/dev/null
+    echo "$url"
+}
+
+# stack_wait_http URL [SECONDS]: waits until URL answers 2xx.
+stack_wait_http() {
+    local deadline=$((SECONDS + ${2:-30}))
+    until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+        if [ "$SECONDS" -ge "$deadline" ]; then echo "$1 did not come up" >&2; return 1; fi
+        sleep 0.1
+    done
+}
+
+# stack_sim PORT [FLAGS...]: starts provider-sim; sets SIM_PID and SIM_URL.
+stack_sim() {
+    local port=$1; shift
+    "$PAYRAIL_BIN" provider-sim --listen "127.0.0.1:$port" "$@" >"$STACK_LOGS/sim-$port.log" 2>&1 &
+    SIM_PID=$!
+    STACK_PIDS+=("$SIM_PID")
+    SIM_URL="http://127.0.0.1:$port"
+    stack_wait_http "$SIM_URL/stats"
+}
+
+# stack_serve PORT DATABASE_URL [FLAGS...]: starts `payrail serve` and waits
+# until it is ready; sets SERVE_PID and SERVE_URL.
+stack_serve() {
+    local port=$1 db=$2; shift 2
+    RUST_LOG=${PAYRAIL_SERVE_LOG:-warn} "$PAYRAIL_BIN" serve --listen "127.0.0.1:$port" --database-url "$db" "$@" \
+        >>"$STACK_LOGS/serve-$port.log" 2>&1 &
+    SERVE_PID=$!
+    STACK_PIDS+=("$SERVE_PID")
+    SERVE_URL="http://127.0.0.1:$port"
+    stack_wait_http "$SERVE_URL/readyz" 60
+}
+
+# stack_client DATABASE_URL NAME: creates a client and prints its API key.
+stack_client() {
+    "$PAYRAIL_BIN" client create --name "$2" --database-url "$1" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["api_key"])'
+}

@@ -132,7 +132,7 @@ pub struct IntentState {
     pub fresh: u32,
     /// Attempts sent.
     pub sent: u32,
-    /// Attempts that got no answer, so whether they reached the server is unknown.
+    /// Attempts whose outcome is unknown: no answer, or a `503` (see `send`).
     pub unanswered: u32,
     /// Some attempt got a `201` naming a transfer.
     pub acknowledged: bool,
@@ -315,6 +315,13 @@ async fn send(ctx: &Ctx, intent: &Intent, phase: Phase, body: Bytes, first: Firs
             Ok(answer) => {
                 ctx.recorder
                     .attempt(&answer.status.to_string(), Some(latency));
+                // A connection that broke during COMMIT leaves the server
+                // itself unsure whether the flush landed, and it answers
+                // 503: for the auditor that outcome is as unknown as a
+                // timeout, and the retry's replay is what settles it.
+                if answer.status == 503 {
+                    intent.state().unanswered += 1;
+                }
                 match judge(ctx, intent, phase, &answer, seq, acked_before) {
                     Next::Done(end) => return end,
                     Next::Retry => answer

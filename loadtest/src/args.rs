@@ -18,7 +18,7 @@ use reqwest::Url;
 /// be set up.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "payrail-loadtest", version)]
-#[command(group(ArgGroup::new("auth").required(true).args(["api_key", "create_client"])))]
+#[command(group(ArgGroup::new("auth").args(["api_key", "create_client"])))]
 pub struct Args {
     /// Base URL of payrail; only loopback hosts are accepted.
     #[arg(
@@ -131,6 +131,12 @@ pub struct Args {
     #[arg(long, env = "PAYRAIL_LOADTEST_VERIFY_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
     pub verify_timeout: Duration,
 
+    /// Instead of transfers, `GET /healthz` with the same workers, client and
+    /// histogram: the HTTP ceiling the benchmark compares replays with.
+    /// Closed loop only; no API key is needed and nothing is verified.
+    #[arg(long, env = "PAYRAIL_LOADTEST_HEALTHZ", conflicts_with_all = ["rate", "api_key", "create_client", "provider_url"])]
+    pub healthz: bool,
+
     /// Print only a JSON report on stdout.
     #[arg(long, env = "PAYRAIL_LOADTEST_JSON")]
     pub json: bool,
@@ -140,6 +146,9 @@ impl Args {
     /// Checks what clap cannot: address rules and value ranges of durations
     /// and floats. The message is meant for the user as is.
     pub fn validate(&self) -> Result<(), String> {
+        if !self.healthz && self.api_key.is_none() && !self.create_client {
+            return Err("one of --api-key or --create-client is required".into());
+        }
         check_loopback_url(&self.target).map_err(|e| format!("--target: {e}"))?;
         if let Some(url) = &self.provider_url {
             check_loopback_url(url).map_err(|e| format!("--provider-url: {e}"))?;
@@ -525,8 +534,11 @@ mod tests {
 
     #[test]
     fn flags_parse_and_auth_is_required_exactly_once() {
-        let base = ["payrail-loadtest"];
-        assert!(Args::try_parse_from(base).is_err());
+        let none = Args::try_parse_from(["payrail-loadtest"]).unwrap();
+        assert!(none.validate().is_err(), "transfers need a client");
+        let ceiling = Args::try_parse_from(["payrail-loadtest", "--healthz"]).unwrap();
+        assert!(ceiling.validate().is_ok(), "/healthz needs none");
+        assert!(Args::try_parse_from(["payrail-loadtest", "--healthz", "--api-key", "k"]).is_err());
         let a = Args::try_parse_from(["payrail-loadtest", "--api-key", "k"]).unwrap();
         assert_eq!(a.duration, Duration::from_secs(10));
         assert_eq!(a.concurrency, 32);

@@ -5,6 +5,7 @@
 //! its hard deadline), 2 when the flags were wrong or the run could not start.
 
 mod args;
+mod ceiling;
 mod client;
 mod load;
 mod report;

@@ -44,6 +44,9 @@ pub async fn run(args: Args) -> Result<Report, SetupError> {
         Mode::Open { max_in_flight, .. } => (max_in_flight as usize).min(1024),
     };
     let http = http_client(pool).map_err(SetupError)?;
+    if args.healthz {
+        return Ok(crate::ceiling::run(http, &target, &args).await);
+    }
 
     let (api_key, fresh_client) = match &args.api_key {
         Some(key) => (key.clone(), false),

@@ -225,15 +225,9 @@ mod properties {
 
     /// JSON of any shape, biased towards the field names the parser knows.
     fn arbitrary_json() -> impl Strategy<Value = Value> {
-        let names = prop::sample::select(vec![
-            "amount",
-            "currency",
-            "source_account",
-            "destination_account",
-            "description",
-            "metadata",
-            "x",
-        ]);
+        let mut names = crate::domain::TRANSFER_FIELDS.to_vec();
+        names.push("x");
+        let names = prop::sample::select(names);
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),

@@ -2,7 +2,7 @@
 //! shard router or the store. No SQL here.
 
 mod auth;
-mod body;
+pub mod body;
 mod middleware;
 pub mod openapi;
 mod ops;

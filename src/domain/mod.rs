@@ -17,5 +17,5 @@ pub use fingerprint::Fingerprint;
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
 pub use transfer::{
     now_micros, Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus,
-    TransferView,
+    TransferView, FIELDS as TRANSFER_FIELDS,
 };

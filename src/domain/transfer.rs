@@ -125,7 +125,8 @@ pub struct NewTransfer {
     pub metadata: Metadata,
 }
 
-const FIELDS: [&str; 6] = [
+/// The fields a `POST /transfers` body may have; any other is rejected.
+pub const FIELDS: [&str; 6] = [
     "amount",
     "currency",
     "source_account",

@@ -269,3 +269,52 @@ async fn errors_never_leak_internals() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
+
+#[actix_web::test]
+async fn a_key_that_starts_with_a_quote_reads_back_and_replays() {
+    // `"\"q"` is the quoted form of the key `"q`; read back from Postgres it
+    // must not be mistaken for a header value again.
+    let app = spawn_app().await;
+    let res = app.post_transfer("\"\\\"q\"", &transfer_body()).await;
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let created: Value = res.json().await.unwrap();
+    assert_eq!(created["idempotency_key"], "\"q");
+    let id = created["id"].as_str().unwrap();
+    let read: Value = app
+        .get(&format!("/transfers/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["idempotency_key"], "\"q");
+    let listed: Value = app.get("/transfers").await.json().await.unwrap();
+    assert_eq!(listed["data"][0]["id"], id);
+}
+
+#[actix_web::test]
+async fn a_nul_character_is_a_validation_problem_and_fails_no_one_else() {
+    let app = spawn_app().await;
+    let mut nul = transfer_body();
+    nul["description"] = json!("a\u{0}b");
+    let mut nul_meta = transfer_body();
+    nul_meta["metadata"] = json!({"k\u{0}": "v", "k": "\u{0}"});
+    // Sent together so that they would share a flush with valid requests.
+    let valid = (0..20).map(|_| app.post_transfer_owned(new_key(), transfer_body()));
+    let (k1, k2) = (new_key(), new_key());
+    let (bad, bad_meta, others) = futures::join!(
+        app.post_transfer(&k1, &nul),
+        app.post_transfer(&k2, &nul_meta),
+        futures::future::join_all(valid),
+    );
+    let problem = assert_problem(bad, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    assert_eq!(problem["errors"][0]["field"], "description");
+    let problem = assert_problem(
+        bad_meta,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation-failed",
+    )
+    .await;
+    assert_eq!(problem["errors"].as_array().unwrap().len(), 2);
+    assert!(others.iter().all(|s| *s == StatusCode::CREATED));
+    assert_eq!(app.count("transfers").await, 20);
+}

@@ -98,3 +98,25 @@ async fn the_openapi_document_describes_the_api() {
         false
     );
 }
+
+#[actix_web::test]
+async fn a_known_path_with_the_wrong_method_is_405_with_allow() {
+    let app = spawn_app().await;
+    for (path, allow) in [
+        ("/healthz", "GET"),
+        ("/readyz", "GET"),
+        ("/metrics", "GET"),
+        ("/openapi.json", "GET"),
+        ("/transfers/01a239ac-4673-7598-a53b-351a7b7f906f", "GET"),
+        ("/transfers", "GET, POST"),
+    ] {
+        let res = app
+            .http
+            .delete(format!("{}{path}", app.address))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["allow"], allow, "{path}");
+        common::assert_problem(res, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    }
+}

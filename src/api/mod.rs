@@ -55,16 +55,25 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::resource("/transfers")
             .route(web::post().to(transfers::create))
             .route(web::get().to(transfers::list))
-            .default_service(web::to(ops::method_not_allowed)),
+            .default_service(web::to(|| ops::method_not_allowed("GET, POST"))),
     )
-    .service(
-        web::resource("/transfers/{id}")
-            .route(web::get().to(transfers::get))
-            .default_service(web::to(ops::method_not_allowed)),
-    )
-    .route("/healthz", web::get().to(ops::healthz))
-    .route("/readyz", web::get().to(ops::readyz))
-    .route("/metrics", web::get().to(ops::metrics))
-    .route("/openapi.json", web::get().to(ops::openapi))
+    .service(get_only("/transfers/{id}", transfers::get))
+    .service(get_only("/healthz", ops::healthz))
+    .service(get_only("/readyz", ops::readyz))
+    .service(get_only("/metrics", ops::metrics))
+    .service(get_only("/openapi.json", ops::openapi))
     .default_service(web::to(ops::not_found));
+}
+
+/// A path served by GET alone; any other method gets `405` with `Allow: GET`
+/// (RFC 9110 requires the header), not the `404` of an unknown path.
+fn get_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler))
+        .default_service(web::to(|| ops::method_not_allowed("GET")))
 }

@@ -1,35 +1,127 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations.
 
-use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
+use serde_json::Value;
+use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::domain::{FieldError, TransferStatus, TransferView};
+use crate::domain::{Currency, FieldError, TransferStatus, TransferView};
+
+/// `Idempotency-Key` as the server accepts it (SPEC §3): either bare, 1-255
+/// visible ASCII characters not starting with `"`, or the quoted Structured
+/// Field form, whose content (after `\"` and `\\` are unescaped) is 1-255
+/// visible ASCII characters.
+pub const IDEMPOTENCY_KEY_PATTERN: &str =
+    r#"^(?:[!#-~][!-~]{0,254}|"(?:[!#-\[\]-~]|\\["\\]){1,255}")$"#;
+
+use crate::domain::transfer_limits::{
+    METADATA_ENTRIES_MAX, METADATA_KEY_LEN_MAX, METADATA_VALUE_LEN_MAX,
+};
 
 /// The `POST /transfers` body, for the document only: the handler parses the
 /// JSON itself so it can report every broken rule (see `domain::NewTransfer`).
+/// Two rules cannot be said in JSON Schema: `destination_account` must differ
+/// from `source_account`, and `amount` must be written without a fraction.
 #[derive(ToSchema, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct CreateTransfer {
-    /// Minor units of the currency.
-    #[schema(minimum = 1, maximum = 999_999_999_999_i64)]
+    /// Minor units of the currency, written as a JSON integer: no fraction
+    /// or exponent (`1500.0` and `1.5e3` are refused with 422, although JSON
+    /// Schema's `integer` would admit them).
+    #[schema(minimum = 1, maximum = 999_999_999_999_i64, example = 1500)]
     amount: i64,
     /// Active ISO 4217 code, upper case.
-    #[schema(pattern = "^[A-Z]{3}$", example = "USD")]
+    #[schema(schema_with = currency_schema)]
     currency: String,
     /// Account debited.
-    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+    #[schema(
+        pattern = "^[A-Za-z0-9_.:-]{1,64}$",
+        min_length = 1,
+        max_length = 64,
+        example = "acc_alice"
+    )]
     source_account: String,
     /// Account credited; must differ from `source_account`.
-    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+    #[schema(
+        pattern = "^[A-Za-z0-9_.:-]{1,64}$",
+        min_length = 1,
+        max_length = 64,
+        example = "acc_bob"
+    )]
     destination_account: String,
-    /// At most 140 characters.
-    #[schema(max_length = 140)]
+    /// At most 140 characters; null means absent.
+    #[schema(max_length = 140, pattern = "^[^\\u0000]*$")]
     description: Option<String>,
-    /// At most 20 entries; keys 1-40, values up to 500 characters.
-    metadata: Option<BTreeMap<String, String>>,
+    /// At most 20 entries; keys 1-40 characters, values strings of up to 500
+    /// characters; null means absent.
+    #[schema(schema_with = metadata_schema)]
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// Every code `Currency::parse` accepts, so the document cannot drift from
+/// the validation.
+fn active_currencies() -> &'static [&'static str] {
+    static CODES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    CODES.get_or_init(|| {
+        let letters = b'A'..=b'Z';
+        let mut codes = Vec::new();
+        for a in letters.clone() {
+            for b in letters.clone() {
+                for c in letters.clone() {
+                    let code = String::from_utf8(vec![a, b, c]).unwrap_or_default();
+                    if let Ok(currency) = Currency::parse(&code) {
+                        codes.push(currency.code());
+                    }
+                }
+            }
+        }
+        codes
+    })
+}
+
+fn currency_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some("Active ISO 4217 alphabetic code, upper case."))
+        .enum_values(Some(active_currencies().iter().copied()))
+        .examples([Value::from("USD")])
+        .into()
+}
+
+fn metadata_schema() -> Schema {
+    let key = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(METADATA_KEY_LEN_MAX))
+        .pattern(Some("^[^\\u0000]*$"));
+    let value = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(METADATA_VALUE_LEN_MAX))
+        .pattern(Some("^[^\\u0000]*$"));
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .description(Some(format!(
+            "At most {METADATA_ENTRIES_MAX} string entries; keys 1-{METADATA_KEY_LEN_MAX} characters, values up to {METADATA_VALUE_LEN_MAX}; null means absent."
+        )))
+        .max_properties(Some(METADATA_ENTRIES_MAX))
+        .property_names(Some(key))
+        .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
+            value.into(),
+        ))))
+        .into()
+}
+
+/// `{"status": ...}` of `/healthz` and `/readyz`.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code)]
+pub struct OpsStatus {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(example = "ok")]
+    status: String,
 }
 
 struct BearerAuth;
@@ -47,12 +139,101 @@ impl Modify for BearerAuth {
 /// The document served at `/openapi.json`.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "payrail", description = "Payment/transfer engine: one intent, one transfer, one provider execution."),
+    info(title = "payrail", description = "Payment/transfer engine: one intent, one transfer, one provider execution. Every error is `application/problem+json` (RFC 9457)."),
     paths(
         super::transfers::create, super::transfers::get, super::transfers::list,
         super::ops::healthz, super::ops::readyz, super::ops::metrics, super::ops::openapi,
     ),
-    components(schemas(CreateTransfer, TransferView, TransferStatus, super::transfers::TransferList, super::problem::Problem, FieldError)),
+    components(schemas(CreateTransfer, TransferView, TransferStatus, super::transfers::TransferList, super::problem::Problem, FieldError, OpsStatus)),
     modifiers(&BearerAuth),
 )]
 pub struct ApiDoc;
+
+/// Response headers the server always sends with the response they are
+/// documented on. utoipa's header object cannot say `required`, so
+/// [`document`] adds it.
+const ALWAYS_SENT_HEADERS: [&str; 3] = ["Location", "Retry-After", "WWW-Authenticate"];
+
+/// The document as served: [`ApiDoc`] plus what utoipa's header object cannot
+/// say: `required: true` on the response headers that are always sent, so
+/// that clients (and conformance tests) may rely on them, and the one value
+/// of `Idempotent-Replayed`.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+            for op in operation.values_mut() {
+                let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                for response in responses.values_mut() {
+                    let Some(headers) = response.get_mut("headers").and_then(Value::as_object_mut)
+                    else {
+                        continue;
+                    };
+                    for (name, header) in headers.iter_mut() {
+                        if ALWAYS_SENT_HEADERS.contains(&name.as_str()) {
+                            header["required"] = Value::Bool(true);
+                        }
+                        if name == "Idempotent-Replayed" {
+                            header["schema"]["enum"] = serde_json::json!(["true"]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_documented_key_pattern_is_the_tested_one() {
+        let doc = document();
+        let params = &doc["paths"]["/transfers"]["post"]["parameters"];
+        let key = params
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == "Idempotency-Key"))
+            .expect("Idempotency-Key is declared");
+        assert_eq!(key["in"], "header");
+        assert_eq!(key["required"], true);
+        assert_eq!(key["schema"]["pattern"], IDEMPOTENCY_KEY_PATTERN);
+    }
+
+    #[test]
+    fn the_currency_enum_lists_active_codes_only() {
+        let codes = active_currencies();
+        assert!(codes.contains(&"USD") && codes.contains(&"JPY"));
+        assert!(!codes.contains(&"XXX") && !codes.contains(&"XQV"));
+    }
+
+    #[test]
+    fn always_sent_headers_are_required() {
+        let doc = document();
+        let created = &doc["paths"]["/transfers"]["post"]["responses"]["201"]["headers"];
+        assert_eq!(created["Location"]["required"], true);
+        assert!(created["Idempotent-Replayed"].get("required").is_none());
+        assert_eq!(
+            created["Idempotent-Replayed"]["schema"]["enum"],
+            serde_json::json!(["true"])
+        );
+        let unauthorized = &doc["paths"]["/transfers"]["get"]["responses"]["401"]["headers"];
+        assert_eq!(unauthorized["WWW-Authenticate"]["required"], true);
+    }
+
+    proptest! {
+        /// Every key the documented pattern admits is one the parser accepts.
+        #[test]
+        fn every_key_the_pattern_admits_parses(
+            raw in proptest::string::string_regex(
+                IDEMPOTENCY_KEY_PATTERN.trim_start_matches('^').trim_end_matches('$'),
+            ).unwrap()
+        ) {
+            prop_assert!(crate::domain::IdempotencyKey::parse(raw.as_bytes()).is_ok(), "{:?}", raw);
+        }
+    }
+}

@@ -1,20 +1,22 @@
 //! Operational endpoints: liveness, readiness, metrics, the OpenAPI document.
 
 use actix_web::{web, HttpResponse};
-use utoipa::OpenApi;
 
 use super::{ApiError, AppState};
 
 /// 200 while the process runs.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process runs")))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses(
+    (status = 200, description = "The process runs: `{\"status\": \"ok\"}`", body = super::openapi::OpsStatus, content_type = "application/json"),
+))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
 /// 200 when Postgres answers and the schema is current, else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "Ready"),
-    (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+    (status = 200, description = "Ready: `{\"status\": \"ready\"}`", body = super::openapi::OpsStatus, content_type = "application/json"),
+    (status = 503, description = "unavailable: Postgres does not answer or the schema is not current", body = crate::api::problem::Problem, content_type = "application/problem+json",
+        headers(("Retry-After" = u32, description = "Seconds to wait before asking again"))),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     if state.store.is_ready().await {
@@ -25,7 +27,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 }
 
 /// Prometheus text exposition.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition (format 0.0.4)", body = String, content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state.metrics.run_upkeep();
     HttpResponse::Ok()
@@ -34,9 +36,9 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json")))]
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", body = Object, content_type = "application/json")))]
 pub async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(super::openapi::ApiDoc::openapi())
+    HttpResponse::Ok().json(super::openapi::document())
 }
 
 /// Unknown paths.
@@ -45,6 +47,12 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
 }
 
 /// Known paths, wrong method.
-pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+pub async fn method_not_allowed(allow: &'static str) -> HttpResponse {
+    use actix_web::ResponseError;
+    let mut res = ApiError::MethodNotAllowed.error_response();
+    res.headers_mut().insert(
+        actix_web::http::header::ALLOW,
+        actix_web::http::header::HeaderValue::from_static(allow),
+    );
+    res
 }

@@ -19,20 +19,29 @@ const PAGE_LIMIT_MAX: i64 = 100;
 /// Creates a transfer, or replays the first answer for this Idempotency-Key.
 #[utoipa::path(
     post, path = "/transfers", tag = "transfers",
-    request_body(content = crate::api::openapi::CreateTransfer, content_type = "application/json"),
-    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters, bare or as a quoted Structured Field string; a UUID v4 chosen before the first attempt is recommended")),
+    request_body(content = crate::api::openapi::CreateTransfer, content_type = "application/json",
+        description = "Unknown fields are rejected; at most 64 KiB (413 beyond)."),
+    params(("Idempotency-Key" = String, Header,
+        description = "1-255 visible ASCII characters (0x21-0x7E), bare or as a quoted Structured Field string (`\"...\"`, with `\\\"` and `\\\\` escapes) naming the same key; a bare key cannot start with `\"`. A UUID v4 chosen before the first attempt is recommended. Missing: 400 idempotency-key-missing; malformed or repeated: 400 idempotency-key-invalid.",
+        min_length = 1, max_length = 512,
+        pattern = r#"^(?:[!#-~][!-~]{0,254}|"(?:[!#-\[\]-~]|\\["\\]){1,255}")$"#,
+        example = "8e03978e-40d5-43e8-bc93-6894a57f9324")),
     responses(
-        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, the stored first answer)", body = TransferView,
-            headers(("Location" = String), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, the stored first answer, byte for byte)", body = TransferView, content_type = "application/json",
+            headers(("Location" = String, description = "`/transfers/{id}`"), ("Idempotent-Replayed" = String, description = "`true` on a replay; absent on the first answer"))),
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 408, description = "request-timeout: the body did not arrive within the client request timeout", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "request-in-progress", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "request-in-progress: the first attempt with this key is still being written past the coalesce timeout", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key"))),
         (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "unsupported-media-type", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "validation-failed or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "unavailable or overloaded", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: Content-Type is not application/json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed (with `errors`) or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
+        (status = 503, description = "unavailable (Postgres failing; nothing stored) or overloaded (load shed)", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key"))),
     ),
     security(("bearer" = []))
 )]
@@ -85,13 +94,16 @@ fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
 /// One of the caller's transfers, as it is now.
 #[utoipa::path(
     get, path = "/transfers/{id}", tag = "transfers",
-    params(("id" = String, Path, description = "Transfer id")),
+    params(("id" = String, Path, description = "Transfer id (a UUID). Any other text, or another client's id, answers 404 like an unknown id.")),
     responses(
-        (status = 200, body = TransferView),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 200, body = TransferView, content_type = "application/json"),
+        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "not-found (also for another client's transfer)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
+        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -130,15 +142,18 @@ pub struct TransferList {
 #[utoipa::path(
     get, path = "/transfers", tag = "transfers",
     params(
-        ("limit" = Option<i64>, Query, description = "1-100, default 20", minimum = 1, maximum = 100),
-        ("starting_after" = Option<String>, Query, description = "Id of the last transfer of the previous page"),
+        ("limit" = Option<i64>, Query, description = "Page size, 1-100, default 20", minimum = 1, maximum = 100),
+        ("starting_after" = Option<uuid::Uuid>, Query, description = "Id of the last transfer of the previous page; it must name one of the caller's transfers (else 422 validation-failed)"),
     ),
     responses(
-        (status = 200, body = TransferList),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "validation-failed", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited (with `Retry-After`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 200, body = TransferList, content_type = "application/json"),
+        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 422, description = "validation-failed: bad `limit` or `starting_after` (with `errors`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
+        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

@@ -15,6 +15,12 @@ pub use api_key::{ApiKey, ApiKeyHash, ClientId};
 pub use currency::Currency;
 pub use fingerprint::Fingerprint;
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
+/// SPEC §3's limits on a transfer's free-form fields.
+pub mod transfer_limits {
+    pub use super::transfer::{
+        DESCRIPTION_LEN_MAX, METADATA_ENTRIES_MAX, METADATA_KEY_LEN_MAX, METADATA_VALUE_LEN_MAX,
+    };
+}
 pub use transfer::{
     now_micros, Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus,
     TransferView, FIELDS as TRANSFER_FIELDS,

@@ -44,6 +44,9 @@ impl Description {
         if raw.chars().count() > DESCRIPTION_LEN_MAX {
             return Err(format!("must be at most {DESCRIPTION_LEN_MAX} characters"));
         }
+        if raw.contains('\0') {
+            return Err("must not contain U+0000".into());
+        }
         Ok(Self(raw.to_owned()))
     }
 
@@ -73,6 +76,9 @@ impl Metadata {
         for (key, value) in raw {
             let field = format!("metadata.{key}");
             let key_len = key.chars().count();
+            if key.contains('\0') {
+                errors.push(FieldError::new(&field, "keys must not contain U+0000"));
+            }
             if key_len == 0 || key_len > METADATA_KEY_LEN_MAX {
                 errors.push(FieldError::new(
                     &field,
@@ -80,6 +86,9 @@ impl Metadata {
                 ));
             }
             match value {
+                Value::String(s) if s.contains('\0') => {
+                    errors.push(FieldError::new(&field, "values must not contain U+0000"))
+                }
                 Value::String(s) if s.chars().count() <= METADATA_VALUE_LEN_MAX => {
                     entries.insert(key.clone(), s.clone());
                 }
@@ -320,7 +329,8 @@ pub fn now_micros() -> DateTime<Utc> {
 }
 
 /// The public JSON form of a transfer (SPEC §3), shared by the creation
-/// answer and `GET`, so both serialize the same way.
+/// answer and `GET`, so both serialize the same way. Every field is always
+/// present; the optional ones are `null` when unset.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct TransferView {
     /// Transfer id (UUID v7).
@@ -328,26 +338,36 @@ pub struct TransferView {
     /// `pending`, `succeeded` or `failed`.
     pub status: TransferStatus,
     /// Amount in minor units.
+    #[schema(minimum = 1, maximum = 999_999_999_999_i64)]
     pub amount: i64,
     /// ISO 4217 code.
+    #[schema(pattern = "^[A-Z]{3}$", example = "USD")]
     pub currency: String,
     /// Account debited.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
     pub source_account: String,
     /// Account credited.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
     pub destination_account: String,
     /// Free text or null.
+    #[schema(required = true, max_length = 140)]
     pub description: Option<String>,
-    /// Client data.
+    /// Client data (`{}` when none was given).
     pub metadata: BTreeMap<String, String>,
-    /// The idempotency key it was created under.
+    /// The idempotency key it was created under (unquoted).
+    #[schema(pattern = "^[!-~]{1,255}$")]
     pub idempotency_key: String,
     /// RFC 3339, UTC.
+    #[schema(format = DateTime, example = "2025-01-31T12:00:00.000000Z")]
     pub created_at: String,
     /// RFC 3339, UTC.
+    #[schema(format = DateTime, example = "2025-01-31T12:00:00.000000Z")]
     pub updated_at: String,
-    /// The provider's reference once succeeded.
+    /// The provider's reference once succeeded, else null.
+    #[schema(required = true)]
     pub provider_reference: Option<String>,
-    /// Why it failed.
+    /// Why it failed, else null.
+    #[schema(required = true)]
     pub failure_reason: Option<String>,
 }
 

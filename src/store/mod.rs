@@ -29,7 +29,7 @@ pub enum StoreError {
     #[error("no database connection: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     /// Postgres answered with an error or the connection broke.
-    #[error("database error: {0}")]
+    #[error("database error: {}", db_detail(.0))]
     Db(#[from] tokio_postgres::Error),
     /// The operation ran past `--db-timeout`.
     #[error("database operation timed out after {0:?}")]
@@ -43,6 +43,15 @@ pub enum StoreError {
     /// The connection settings are unusable.
     #[error("bad database configuration: {0}")]
     Config(String),
+}
+
+/// The server's own message when there is one: the driver's `Display` says
+/// only "db error" and keeps Postgres's reason in its source.
+fn db_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
 }
 
 /// Handle to Postgres: a bounded connection pool plus the operation timeout.

@@ -142,6 +142,12 @@ impl TestApp {
         self.post_transfer_as(&self.api_key, key, body).await
     }
 
+    /// `POST /transfers` as this app's client, owning its inputs (for
+    /// building many concurrent requests); returns the status.
+    pub async fn post_transfer_owned(&self, key: String, body: Value) -> StatusCode {
+        self.post_transfer(&key, &body).await.status()
+    }
+
     /// `POST /transfers` with any API key.
     pub async fn post_transfer_as(&self, api_key: &str, key: &str, body: &Value) -> Response {
         self.http

@@ -2,17 +2,18 @@
 -- POST /transfers, one transaction per request: the same three rows payrail
 -- writes (transfer, idempotency key, outbox) and the same notification, with
 -- a response body of the size payrail stores. Run by pgbench with
--- -D client=<client uuid>.
+-- -M prepared -D client=<client uuid> (variables are bind parameters, as
+-- payrail's statements are).
 \set k random(1, 9000000000000000)
 SELECT gen_random_uuid() AS id, now() AS at \gset
 BEGIN;
 INSERT INTO transfers (id, client_id, idempotency_key, status, amount, currency, source_account,
                        destination_account, description, metadata, created_at, updated_at)
-VALUES (:'id', :'client', 'pgbench-' || :k, 'pending', 1500, 'USD', 'acc_alice', 'acc_bob', NULL, '{}', :'at', :'at');
+VALUES (:id::uuid, :client::uuid, 'pgbench-' || :k::text, 'pending', 1500, 'USD', 'acc_alice', 'acc_bob', NULL, '{}', :at::timestamptz, :at::timestamptz);
 INSERT INTO idempotency_keys (client_id, key, fingerprint, transfer_id, response_status, response_body, created_at, expires_at)
-VALUES (:'client', 'pgbench-' || :k, sha256(('pgbench-' || :k)::bytea), :'id', 201,
-        convert_to(repeat('x', 380), 'UTF8'), :'at', :'at'::timestamptz + interval '24 hours')
+VALUES (:client::uuid, 'pgbench-' || :k::text, sha256(('pgbench-' || :k::text)::bytea), :id::uuid, 201,
+        convert_to(repeat('x', 380), 'UTF8'), :at::timestamptz, :at::timestamptz + interval '24 hours')
 ON CONFLICT (client_id, key) DO NOTHING;
-INSERT INTO outbox (transfer_id) VALUES (:'id');
+INSERT INTO outbox (transfer_id) VALUES (:id::uuid);
 SELECT pg_notify('payrail_outbox', '');
 COMMIT;

@@ -64,6 +64,16 @@ pub struct ServeConfig {
     /// Recent answers kept per shard to serve replays without Postgres.
     #[arg(long, env = "PAYRAIL_REPLAY_CACHE", default_value_t = 10_000)]
     pub replay_cache: usize,
+    /// API keys remembered as valid, so replays skip a Postgres round-trip.
+    /// Revocations still take effect at once: each one waits until every
+    /// process has evicted the key.
+    #[arg(long, env = "PAYRAIL_AUTH_CACHE", default_value_t = 10_000)]
+    pub auth_cache: usize,
+    /// How long a remembered key is trusted before Postgres is asked again
+    /// (0 turns the cache off); bounds staleness should a process miss a
+    /// revocation's confirmation window.
+    #[arg(long, env = "PAYRAIL_AUTH_CACHE_TTL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub auth_cache_ttl: Duration,
     /// Requests per second each client may make to `/transfers` (token
     /// bucket); past it `429 rate-limited` with `Retry-After`, so one client
     /// cannot starve the shards of the others.

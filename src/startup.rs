@@ -8,13 +8,13 @@ use actix::{Actor, Addr, Arbiter};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{middleware::from_fn, web, App, HttpServer};
 
-use crate::api::{self, AppState, ClientRateLimiter};
+use crate::api::{self, AppState, AuthCache, ClientRateLimiter};
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
 use crate::relay::{Relay, RelayLimits};
 use crate::shard::{ShardLimits, ShardRouter};
-use crate::store::Store;
+use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
 
 /// A built, bound, not yet awaited engine.
@@ -81,8 +81,22 @@ impl Application {
             }
         }
 
+        // Revocations reach every process's cache over NOTIFY, and each
+        // process confirms, so `client revoke` returns once none trusts the key.
+        let auth_cache = Arc::new(AuthCache::new(config.auth_cache, config.auth_cache_ttl));
+        let listener_cache = auth_cache.clone();
+        let revocations = store.clone().listen_forever(
+            REVOKED_CHANNEL,
+            Some(REVOKED_ACK_CHANNEL),
+            move |heard| listener_cache.on_revocation(heard),
+        );
+        let listener_arbiter = Arbiter::new();
+        listener_arbiter.spawn(revocations);
+        arbiters.push(listener_arbiter);
+
         let state = web::Data::new(AppState {
             store: store.clone(),
+            auth_cache,
             shards,
             rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,

@@ -13,10 +13,16 @@ const BATCH_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
 ];
 
+/// Always appended to the filter: the Postgres driver logs every statement's
+/// parameters at debug level, and those include API key hashes, account ids
+/// and amounts. No `RUST_LOG` may turn that on.
+const QUIET_DRIVER: &str = "tokio_postgres::query=info";
+
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`). Safe to call twice.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let wanted = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("{wanted},{QUIET_DRIVER}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_DRIVER}")));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

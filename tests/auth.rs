@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{assert_problem, new_key, spawn_app, transfer_body};
+use std::time::Duration;
+
+use common::{assert_problem, new_key, spawn_app, spawn_app_with, transfer_body, wait_for};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -119,15 +121,46 @@ async fn idempotency_keys_are_scoped_per_client() {
 }
 
 #[actix_web::test]
-async fn a_revoked_key_is_refused_at_once() {
+async fn a_revoked_key_is_refused_at_once_by_every_process() {
+    // Two processes on one database, each with the key in its auth cache.
     let app = spawn_app().await;
-    assert_eq!(app.get("/transfers").await.status(), StatusCode::OK);
-    let hash = payrail::domain::ApiKey::from_presented(&app.api_key).hash();
-    assert!(app.store.revoke_api_key(&hash).await.unwrap());
-    assert_problem(
-        app.get("/transfers").await,
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-    )
+    let other = spawn_app_with(&app.database_url, &[])
+        .await
+        .acting_for(&app);
+    let db = app.db().await;
+    wait_for("both revocation listeners", Duration::from_secs(10), || async {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail-listen-payrail_revoked' \
+                 AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 2
+    })
     .await;
+    for process in [&app, &other] {
+        for _ in 0..2 {
+            assert_eq!(process.get("/transfers").await.status(), StatusCode::OK);
+        }
+    }
+
+    let hash = payrail::domain::ApiKey::from_presented(&app.api_key).hash();
+    let outcome = app.store.revoke_api_key(&hash).await.unwrap();
+    assert!(outcome.revoked);
+    assert_eq!((outcome.listeners, outcome.confirmed), (2, 2));
+    for process in [&app, &other] {
+        assert_problem(
+            process.get("/transfers").await,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    }
+    assert!(
+        !app.store.revoke_api_key(&hash).await.unwrap().revoked,
+        "revoked once"
+    );
 }

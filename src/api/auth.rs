@@ -25,11 +25,19 @@ impl FromRequest for Caller {
                 (Some(s), Some(k)) => (s, k),
                 _ => return Err(ApiError::Unauthorized),
             };
-            let client = state
-                .store
-                .authenticate(&key.hash())
-                .await?
-                .ok_or(ApiError::Unauthorized)?;
+            let hash = key.hash();
+            let client = match state.auth_cache.get(&hash) {
+                Some(client) => client,
+                None => {
+                    let client = state
+                        .store
+                        .authenticate(&hash)
+                        .await?
+                        .ok_or(ApiError::Unauthorized)?;
+                    state.auth_cache.put(&hash, client);
+                    client
+                }
+            };
             state
                 .rate_limiter
                 .check(client)

@@ -2,6 +2,7 @@
 //! shard router or the store. No SQL here.
 
 mod auth;
+mod auth_cache;
 pub mod body;
 mod middleware;
 pub mod openapi;
@@ -20,6 +21,7 @@ use crate::shard::ShardRouter;
 use crate::store::Store;
 
 pub use auth::Caller;
+pub use auth_cache::AuthCache;
 pub use middleware::observe;
 pub use problem::ApiError;
 pub use rate_limit::ClientRateLimiter;
@@ -30,6 +32,8 @@ pub struct AppState {
     pub store: Store,
     /// The key-shard actors.
     pub shards: ShardRouter,
+    /// Recently authenticated API keys.
+    pub auth_cache: std::sync::Arc<AuthCache>,
     /// Per-client request budget.
     pub rate_limiter: ClientRateLimiter,
     /// Largest accepted body, in bytes.

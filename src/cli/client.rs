@@ -17,14 +17,20 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Revoke { api_key, database } => {
             let store = Store::connect(&database)?;
-            if store
+            let outcome = store
                 .revoke_api_key(&ApiKey::from_presented(&api_key).hash())
-                .await?
-            {
-                Ok(())
-            } else {
-                anyhow::bail!("no live API key matches")
+                .await?;
+            if !outcome.revoked {
+                anyhow::bail!("no live API key matches");
             }
+            if outcome.confirmed < outcome.listeners {
+                eprintln!(
+                    "revoked; {} of {} serve processes confirmed within --db-timeout; the others \
+                     forget cached keys after --auth-cache-ttl",
+                    outcome.confirmed, outcome.listeners
+                );
+            }
+            Ok(())
         }
     }
 }

@@ -206,9 +206,12 @@ impl Actor for Relay {
         // LISTEN on a connection of its own; reconnect whenever it breaks
         // (a Postgres restart, say). Polling covers the gaps.
         let me = ctx.address();
-        let listen = self.store.clone().listen_forever(OUTBOX_CHANNEL, move |_| {
-            let _ = me.try_send(Wake);
-        });
+        let listen = self
+            .store
+            .clone()
+            .listen_forever(OUTBOX_CHANNEL, None, move |_| {
+                let _ = me.try_send(Wake);
+            });
         ctx.spawn(listen.into_actor(self));
     }
 }

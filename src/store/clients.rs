@@ -1,6 +1,13 @@
 use uuid::Uuid;
 
+use super::notify::listener_name;
 use super::{Store, StoreError};
+
+/// Revocations are announced here (payload: the key hash in hex), so every
+/// `serve` process drops the key from its authentication cache at once.
+pub const REVOKED_CHANNEL: &str = "payrail_revoked";
+/// Each process answers a revocation here (same payload) once it has.
+pub const REVOKED_ACK_CHANNEL: &str = "payrail_revoked_ack";
 use crate::domain::{ApiKey, ApiKeyHash, ClientId};
 
 impl Store {
@@ -42,17 +49,71 @@ impl Store {
         .await
     }
 
-    /// Revokes a key; false when no live key has this hash.
-    pub async fn revoke_api_key(&self, hash: &ApiKeyHash) -> Result<bool, StoreError> {
-        self.with_client(|client| async move {
-            let n = client
-                .execute(
-                    "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1 AND revoked_at IS NULL",
-                    &[&hash.0.as_slice()],
-                )
-                .await?;
-            Ok(n == 1)
+    /// Revokes a key and waits until every `serve` process listening on
+    /// this database has dropped it from its authentication cache, so that
+    /// the key is refused everywhere once this returns (SPEC §1: "at once").
+    pub async fn revoke_api_key(&self, hash: &ApiKeyHash) -> Result<Revocation, StoreError> {
+        let payload = hex::encode(hash.0);
+        let payload_hex = payload.clone();
+        let mut acks = self.subscribe(REVOKED_ACK_CHANNEL).await?;
+        let (revoked, listeners) = self
+            .with_client(|mut client| async move {
+                // Counted before the commit: each of them hears the
+                // notification. One that connects later clears its whole
+                // cache when it starts listening.
+                let listeners: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND application_name = $1",
+                        &[&listener_name(REVOKED_CHANNEL)],
+                    )
+                    .await?
+                    .get(0);
+                let tx = client.transaction().await?;
+                let n = tx
+                    .execute(
+                        "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1 AND revoked_at IS NULL",
+                        &[&hash.0.as_slice()],
+                    )
+                    .await?;
+                if n == 1 {
+                    tx.execute("SELECT pg_notify($1, $2)", &[&REVOKED_CHANNEL, &payload])
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok((n == 1, listeners))
+            })
+            .await?;
+        let mut confirmed: i64 = 0;
+        if revoked {
+            let wait = async {
+                while confirmed < listeners {
+                    match acks.recv().await {
+                        Some(heard) if heard == payload_hex => confirmed += 1,
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(self.op_timeout, wait).await;
+        }
+        Ok(Revocation {
+            revoked,
+            listeners: listeners.max(0) as u64,
+            confirmed: confirmed.max(0) as u64,
         })
-        .await
     }
+}
+
+/// What [`Store::revoke_api_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revocation {
+    /// A live key had this hash and is now revoked.
+    pub revoked: bool,
+    /// `serve` processes listening for revocations when it committed.
+    pub listeners: u64,
+    /// Of those, how many confirmed within `--db-timeout` that their cache
+    /// no longer holds the key. Any other stops trusting its cache when its
+    /// listener connection is lost and forgets entries after their TTL.
+    pub confirmed: u64,
 }

@@ -17,6 +17,7 @@ use tokio_postgres::NoTls;
 
 use crate::config::DatabaseConfig;
 
+pub use clients::{Revocation, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 pub use keys::{KeyWrite, StoredAnswer, WriteOutcome};
 pub use notify::Heard;
 pub use transfers::TransferPage;

@@ -73,7 +73,7 @@ pub struct Args {
 
     /// Weights of the scenarios: unique (one key, retried), timeout (first
     /// attempt abandoned early), burst (concurrent duplicates), reuse (same key,
-    /// changed body), storm (many replays of a created key).
+    /// changed body), storm (many replays of a created key, half at once), replay (sequential replays of a created key).
     #[arg(
         long,
         env = "PAYRAIL_LOADTEST_MIX",
@@ -103,7 +103,7 @@ pub struct Args {
     pub burst_size: u32,
 
     /// Replays of a `storm` intent after its creation (half one after another,
-    /// half at once).
+    /// half at once), and of a `replay` intent (all one after another).
     #[arg(long, env = "PAYRAIL_LOADTEST_STORM_SIZE", default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub storm_size: u32,
 
@@ -220,16 +220,20 @@ pub enum Scenario {
     Reuse,
     /// The key is created, then replayed many times, in sequence and at once.
     Storm,
+    /// The key is created, then replayed `--storm-size` times one after
+    /// another: the replay path at the loop's own concurrency (benchmarks).
+    Replay,
 }
 
 impl Scenario {
     /// Every scenario, in `--mix` order.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Unique,
         Scenario::Timeout,
         Scenario::Burst,
         Scenario::Reuse,
         Scenario::Storm,
+        Scenario::Replay,
     ];
 
     /// The name used in `--mix` and the report.
@@ -240,6 +244,7 @@ impl Scenario {
             Scenario::Burst => "burst",
             Scenario::Reuse => "reuse",
             Scenario::Storm => "storm",
+            Scenario::Replay => "replay",
         }
     }
 }
@@ -254,7 +259,7 @@ impl fmt::Display for Scenario {
 /// A scenario left out has weight 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mix {
-    weights: [u32; 5],
+    weights: [u32; 6],
 }
 
 impl Mix {
@@ -290,8 +295,8 @@ impl FromStr for Mix {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut weights = [0u32; 5];
-        let mut seen = [false; 5];
+        let mut weights = [0u32; Scenario::ALL.len()];
+        let mut seen = [false; Scenario::ALL.len()];
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, weight) = part
                 .split_once('=')
@@ -302,7 +307,7 @@ impl FromStr for Mix {
                 .find(|s| s.name() == name)
                 .ok_or_else(|| {
                     format!(
-                        "unknown scenario {name:?} (known: unique, timeout, burst, reuse, storm)"
+                        "unknown scenario {name:?} (known: unique, timeout, burst, reuse, storm, replay)"
                     )
                 })?;
             let weight: u32 = weight

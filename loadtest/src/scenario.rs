@@ -244,6 +244,13 @@ pub async fn run_intent(ctx: &Ctx, intent: &Intent, scheduled: Option<Instant>) 
                 send(ctx, intent, Phase::Reuse, changed, First::default()).await;
             }
         }
+        Scenario::Replay => {
+            if let End::Created(_) = send(ctx, intent, Phase::Create, body.clone(), first).await {
+                for _ in 0..ctx.storm_size {
+                    send(ctx, intent, Phase::Create, body.clone(), First::default()).await;
+                }
+            }
+        }
         Scenario::Storm => {
             if let End::Created(_) = send(ctx, intent, Phase::Create, body.clone(), first).await {
                 let sequential = ctx.storm_size / 2;

@@ -40,7 +40,7 @@ const PAGE_LIMIT_MAX: i64 = 100;
         (status = 422, description = "validation-failed (with `errors`) or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable (Postgres failing; nothing stored) or overloaded (load shed)", body = crate::api::problem::Problem, content_type = "application/problem+json",
+        (status = 503, description = "unavailable (Postgres failing; nothing stored, unless the connection broke during COMMIT: retry with the same Idempotency-Key to learn the outcome) or overloaded (load shed)", body = crate::api::problem::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key"))),
     ),
     security(("bearer" = []))

@@ -48,6 +48,11 @@ pub struct ServeConfig {
     /// HTTP worker threads.
     #[arg(long, env = "PAYRAIL_HTTP_WORKERS", default_value_t = default_parallelism())]
     pub http_workers: usize,
+    /// Open connections per HTTP worker; past it new ones wait in the accept
+    /// queue. Each idle connection costs about 10 KiB (its read buffer), so
+    /// this bounds that memory too.
+    #[arg(long, env = "PAYRAIL_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
     /// How long an idempotency key is remembered.
     #[arg(long, env = "PAYRAIL_KEY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
     pub key_retention: Duration,
@@ -135,6 +140,7 @@ impl ServeConfig {
         let positive = [
             ("--shards", self.shards),
             ("--http-workers", self.http_workers),
+            ("--max-connections", self.max_connections),
             ("--max-batch", self.max_batch),
             ("--shard-queue", self.shard_queue),
             ("--replay-cache", self.replay_cache),

@@ -113,6 +113,7 @@ impl Application {
                 .configure(api::routes)
         })
         .workers(config.http_workers)
+        .max_connections(config.max_connections)
         .client_request_timeout(config.client_request_timeout)
         // SIGINT/SIGTERM stop the server gracefully; in-flight flushes finish.
         .shutdown_timeout(5)

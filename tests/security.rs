@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    assert_problem, fresh_database, new_key, spawn_app_with, transfer_body, wait_for, TestApp,
+    assert_problem, fresh_database, new_key, spawn_app_with, transfer_body, ServeProcess, TestApp,
 };
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -125,15 +125,6 @@ async fn two_clients_hammering_the_same_keys_never_see_each_other() {
     assert_eq!(listed, b_ids, "a list shows only the caller's transfers");
 }
 
-/// A port that was free a moment ago, for a server in another process.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn payrail(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_payrail"))
         .args(args)
@@ -158,31 +149,10 @@ async fn api_keys_never_reach_the_logs_and_a_revoked_key_is_refused_at_once() {
     let api_key = line["api_key"].clone();
     let hash = hex_sha256(&api_key);
 
-    let port = free_port();
     let log_path = std::env::temp_dir().join(format!("payrail-log-{}", new_key()));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_payrail"))
-        .args([
-            "serve",
-            "--database-url",
-            &db,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUST_LOG", "trace")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log_path).unwrap())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut server = ServeProcess::start(&db, &[], "trace", &log_path).await;
+    let base = server.base.clone();
     let http = reqwest::Client::new();
-    wait_for("serve to answer", Duration::from_secs(20), || async {
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    })
-    .await;
 
     let post = |key: &str| {
         http.post(format!("{base}/transfers"))
@@ -212,8 +182,7 @@ async fn api_keys_never_reach_the_logs_and_a_revoked_key_is_refused_at_once() {
     let echoed = res.text().await.unwrap();
     assert!(!echoed.contains(&api_key), "never echoed");
 
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     let logs = std::fs::read_to_string(&log_path).unwrap();
     let _ = std::fs::remove_file(&log_path);
     assert!(logs.contains("/transfers"), "the run did log its requests");

@@ -298,3 +298,69 @@ impl TestApp {
         ids
     }
 }
+
+/// `payrail serve` as a process of its own (for SIGKILLs, its own logs, its
+/// own file-descriptor limit and RSS), on a port that was free a moment ago.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl ServeProcess {
+    /// Starts it with `extra` flags and `RUST_LOG=rust_log`, stdout and
+    /// stderr to `log`, and waits until `/readyz` answers.
+    pub async fn start(
+        database_url: &str,
+        extra: &[&str],
+        rust_log: &str,
+        log: &std::path::Path,
+    ) -> ServeProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_payrail"))
+            .args(["serve", "--database-url", database_url, "--listen", &listen])
+            .args(extra)
+            .env("RUST_LOG", rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let base = format!("http://{listen}");
+        let http = reqwest::Client::new();
+        wait_for("serve to answer", Duration::from_secs(20), || async {
+            http.get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        ServeProcess { child, base }
+    }
+
+    /// Resident memory of the process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

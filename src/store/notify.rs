@@ -35,6 +35,24 @@ pub(super) fn listener_name(channel: &str) -> String {
 }
 
 impl Store {
+    /// A connection outside the pool, opened within `--db-timeout`: a
+    /// listener must not be recycled or handed to anyone else.
+    async fn connect_own(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        ),
+        StoreError,
+    > {
+        tokio::time::timeout(self.op_timeout, config.connect(tokio_postgres::NoTls))
+            .await
+            .map_err(|_| StoreError::Timeout(self.op_timeout))?
+            .map_err(StoreError::from)
+    }
+
     /// Listens on `channel` until the connection breaks. With `ack_channel`,
     /// every notification's payload is sent back on it after `on` returned.
     pub async fn listen(
@@ -45,10 +63,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut config = self.pg_config.clone();
         config.application_name(listener_name(channel));
-        let connect = config.connect(tokio_postgres::NoTls);
-        let (client, mut connection) = tokio::time::timeout(self.op_timeout, connect)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))??;
+        let (client, mut connection) = self.connect_own(&config).await?;
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         // `channel` is one of our constants, never input: an identifier
         // cannot be a bind parameter.
@@ -94,10 +109,7 @@ impl Store {
         &self,
         channel: &'static str,
     ) -> Result<tokio::sync::mpsc::Receiver<String>, StoreError> {
-        let connect = self.pg_config.connect(tokio_postgres::NoTls);
-        let (client, mut connection) = tokio::time::timeout(self.op_timeout, connect)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))??;
+        let (client, mut connection) = self.connect_own(&self.pg_config).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(SUBSCRIPTION_BUFFER);
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         let listen_sql = format!("LISTEN {channel}");

@@ -2,13 +2,13 @@ use uuid::Uuid;
 
 use super::notify::listener_name;
 use super::{Store, StoreError};
+use crate::domain::{ApiKey, ApiKeyHash, ClientId};
 
 /// Revocations are announced here (payload: the key hash in hex), so every
 /// `serve` process drops the key from its authentication cache at once.
 pub const REVOKED_CHANNEL: &str = "payrail_revoked";
 /// Each process answers a revocation here (same payload) once it has.
 pub const REVOKED_ACK_CHANNEL: &str = "payrail_revoked_ack";
-use crate::domain::{ApiKey, ApiKeyHash, ClientId};
 
 impl Store {
     /// Creates a client and its first API key; returns the key once, in clear.
@@ -54,7 +54,7 @@ impl Store {
     /// the key is refused everywhere once this returns (SPEC §1: "at once").
     pub async fn revoke_api_key(&self, hash: &ApiKeyHash) -> Result<Revocation, StoreError> {
         let payload = hex::encode(hash.0);
-        let payload_hex = payload.clone();
+        let payload = payload.as_str();
         let mut acks = self.subscribe(REVOKED_ACK_CHANNEL).await?;
         let (revoked, listeners) = self
             .with_client(|mut client| async move {
@@ -69,6 +69,7 @@ impl Store {
                     )
                     .await?
                     .get(0);
+                let listeners = u64::try_from(listeners).unwrap_or(0);
                 let tx = client.transaction().await?;
                 let n = tx
                     .execute(
@@ -84,12 +85,12 @@ impl Store {
                 Ok((n == 1, listeners))
             })
             .await?;
-        let mut confirmed: i64 = 0;
+        let mut confirmed = 0;
         if revoked {
             let wait = async {
                 while confirmed < listeners {
                     match acks.recv().await {
-                        Some(heard) if heard == payload_hex => confirmed += 1,
+                        Some(heard) if heard == payload => confirmed += 1,
                         Some(_) => {}
                         None => break,
                     }
@@ -99,8 +100,8 @@ impl Store {
         }
         Ok(Revocation {
             revoked,
-            listeners: listeners.max(0) as u64,
-            confirmed: confirmed.max(0) as u64,
+            listeners,
+            confirmed,
         })
     }
 }

@@ -74,6 +74,56 @@ async fn a_retry_gets_the_first_answer_byte_for_byte() {
 }
 
 #[actix_web::test]
+async fn a_committed_key_still_judges_every_body_it_is_sent_with() {
+    // A retry repeating the first attempt's bytes is answered from the
+    // replay cache without parsing; any other body must still be parsed,
+    // validated and fingerprinted as if the key were new to this process.
+    let app = spawn_app().await;
+    let key = new_key();
+    let first_bytes = serde_json::to_vec(&transfer_body()).unwrap();
+    let first = app
+        .post_raw(Some(&key), "application/json", first_bytes.clone())
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first_body = first.bytes().await.unwrap();
+
+    let same = app
+        .post_raw(Some(&key), "application/json", first_bytes.clone())
+        .await;
+    assert_eq!(same.status(), StatusCode::CREATED);
+    assert_eq!(same.headers()["idempotent-replayed"], "true");
+    assert_eq!(same.bytes().await.unwrap(), first_body);
+
+    let malformed = [&first_bytes[..], b"}"].concat();
+    let res = app
+        .post_raw(Some(&key), "application/json", malformed)
+        .await;
+    assert_problem(res, StatusCode::BAD_REQUEST, "malformed-json").await;
+
+    let mut invalid = transfer_body();
+    invalid["amount"] = json!(0);
+    let res = app.post_transfer(&key, &invalid).await;
+    assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+
+    let mut changed = transfer_body();
+    changed["amount"] = json!(1501);
+    let res = app.post_transfer(&key, &changed).await;
+    assert_problem(
+        res,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+    )
+    .await;
+
+    let same_again = app
+        .post_raw(Some(&key), "application/json", first_bytes)
+        .await;
+    assert_eq!(same_again.headers()["idempotent-replayed"], "true");
+    assert_eq!(same_again.bytes().await.unwrap(), first_body);
+    assert_eq!(app.count("transfers").await, 1);
+}
+
+#[actix_web::test]
 async fn the_quoted_key_form_names_the_same_key() {
     let app = spawn_app().await;
     let key = new_key();

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::body::{idempotency_key, parse_transfer, read_limited, require_json};
 use super::{ApiError, AppState, Caller};
-use crate::domain::{FieldError, Fingerprint, Transfer, TransferView};
+use crate::domain::{BodyDigest, FieldError, Fingerprint, Transfer, TransferView};
 use crate::shard::Verdict;
 use crate::store::{KeyWrite, StoredAnswer};
 
@@ -54,10 +54,22 @@ pub async fn create(
     let key = idempotency_key(&req)?;
     require_json(&req)?;
     let body = read_limited(&req, payload, state.body_limit, state.body_read_timeout).await?;
-    let request = parse_transfer(&body)?;
 
+    // A retry of a committed key is answered here, on this worker's thread,
+    // without parsing its body again if the bytes are those already seen.
+    let scope = (caller.0, key);
+    let digest = BodyDigest::of(&body);
+    let cached = state.shards.cached(&scope);
+    if let Some(verdict) = cached.as_ref().and_then(|c| c.verdict_for_body(digest)) {
+        return respond(verdict);
+    }
+    let request = parse_transfer(&body)?;
     let fingerprint = Fingerprint::of_create(&request);
-    let transfer = Transfer::accept(caller.0, key, request);
+    if let Some(cached) = cached {
+        return respond(cached.verdict(fingerprint));
+    }
+    let (client, key) = scope;
+    let transfer = Transfer::accept(client, key, request);
     let body = serde_json::to_vec(&TransferView::from(&transfer))
         .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
     let answer = StoredAnswer {
@@ -67,7 +79,17 @@ pub async fn create(
         transfer_id: transfer.id,
         expires_at: transfer.created_at + state.key_retention,
     };
-    match state.shards.submit(KeyWrite { transfer, answer }).await {
+    respond(
+        state
+            .shards
+            .submit(KeyWrite { transfer, answer }, digest)
+            .await,
+    )
+}
+
+/// The HTTP answer to a shard's verdict.
+fn respond(verdict: Verdict) -> Result<HttpResponse, ApiError> {
+    match verdict {
         Verdict::Created(a) => Ok(answer_response(&a, false)),
         Verdict::Replayed(a) => Ok(answer_response(&a, true)),
         Verdict::KeyReused => Err(ApiError::IdempotencyKeyReused),

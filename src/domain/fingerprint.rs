@@ -1,4 +1,3 @@
-use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::NewTransfer;
@@ -25,10 +24,26 @@ impl Fingerprint {
     }
 }
 
+/// SHA-256 of a request body's exact bytes. Equal digests mean equal bytes,
+/// hence the same parsed request and the same [`Fingerprint`]: a replay that
+/// repeats its first attempt's bytes can be answered without parsing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BodyDigest([u8; 32]);
+
+impl BodyDigest {
+    /// Digests a body as it arrived.
+    pub fn of(body: &[u8]) -> Self {
+        Self(Sha256::digest(body).into())
+    }
+}
+
 /// A JSON array in a fixed order: JSON escaping makes it unambiguous (no
 /// separator can be forged from inside a value), and metadata is a sorted map.
+/// Serialized from a tuple rather than a `serde_json::Value`, which would cost
+/// an allocation per field; the bytes are the same, and must stay the same:
+/// fingerprints stored in Postgres are compared with new ones.
 fn canonical_form(method: &str, path: &str, t: &NewTransfer) -> Vec<u8> {
-    let form: Value = json!([
+    let form = (
         method,
         path,
         t.amount.minor_units(),
@@ -37,13 +52,14 @@ fn canonical_form(method: &str, path: &str, t: &NewTransfer) -> Vec<u8> {
         t.destination_account.as_str(),
         t.description.as_ref().map(|d| d.as_str()),
         t.metadata.entries(),
-    ]);
-    form.to_string().into_bytes()
+    );
+    serde_json::to_vec(&form).expect("a tuple of strings, numbers and a string map serializes")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn fp(body: &str) -> Fingerprint {
         let v: Value = serde_json::from_str(body).unwrap();
@@ -76,6 +92,36 @@ mod tests {
         }
         let no_description = BASE.replace(r#","description":"x""#, "");
         assert_ne!(fp(BASE), fp(&no_description));
+    }
+
+    #[test]
+    fn the_canonical_form_keeps_the_bytes_of_the_json_array_it_was_first_built_as() {
+        let bodies = [
+            BASE,
+            r#"{"amount":1,"currency":"JPY","source_account":"a","destination_account":"b"}"#,
+            r#"{"amount":7,"currency":"EUR","source_account":"a:b","destination_account":"c.d",
+                "description":"quote \" backslash \\ é \u0001","metadata":{"z":"1","a":"\n"}}"#,
+        ];
+        for body in bodies {
+            let v: Value = serde_json::from_str(body).unwrap();
+            let t = NewTransfer::parse(v.as_object().unwrap()).unwrap();
+            let first_form = json!([
+                "POST",
+                "/transfers",
+                t.amount.minor_units(),
+                t.currency.code(),
+                t.source_account.as_str(),
+                t.destination_account.as_str(),
+                t.description.as_ref().map(|d| d.as_str()),
+                t.metadata.entries(),
+            ])
+            .to_string();
+            assert_eq!(
+                canonical_form("POST", "/transfers", &t),
+                first_form.into_bytes(),
+                "{body}"
+            );
+        }
     }
 
     #[test]

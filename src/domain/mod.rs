@@ -13,7 +13,7 @@ pub use account::AccountId;
 pub use amount::Amount;
 pub use api_key::{ApiKey, ApiKeyHash, ClientId};
 pub use currency::Currency;
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{BodyDigest, Fingerprint};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
 /// SPEC §3's limits on a transfer's free-form fields.
 pub mod transfer_limits {

@@ -1,13 +1,14 @@
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::cache::{ReplayCache, Scope};
-use super::{ShardLimits, Verdict};
-use crate::domain::{now_micros, Fingerprint};
-use crate::store::{KeyWrite, Store, StoreError, StoredAnswer, WriteOutcome};
+use super::cache::{CachedAnswer, ReplayCache, Scope};
+use super::{verdict, ShardLimits, Verdict};
+use crate::domain::{now_micros, BodyDigest, Fingerprint};
+use crate::store::{KeyWrite, Store, StoreError, WriteOutcome};
 
 /// One attempt of `POST /transfers`, handed to its shard.
 #[derive(Message)]
@@ -15,6 +16,8 @@ use crate::store::{KeyWrite, Store, StoreError, StoredAnswer, WriteOutcome};
 pub struct Submit {
     /// What this attempt would write if its key is new.
     pub write: KeyWrite,
+    /// Digest of the attempt's body, cached with the answer it gets.
+    pub body: BodyDigest,
     /// Where the verdict goes. The handler returns at once, so the mailbox
     /// drains while a flush is in flight.
     pub reply: oneshot::Sender<Verdict>,
@@ -43,12 +46,13 @@ pub struct Shard {
     waiter_count: usize,
     /// Attempts in the flush now in flight (0 when none is).
     flushing: usize,
-    cache: ReplayCache,
+    /// Filled only here; HTTP workers read it too (`ShardRouter::cached`).
+    cache: Arc<ReplayCache>,
 }
 
 impl Shard {
-    /// A shard with nothing queued.
-    pub fn new(index: usize, store: Store, limits: ShardLimits) -> Self {
+    /// A shard with nothing queued, the only writer of `cache`.
+    pub fn new(index: usize, store: Store, limits: ShardLimits, cache: Arc<ReplayCache>) -> Self {
         Self {
             index,
             label: index.to_string(),
@@ -58,7 +62,7 @@ impl Shard {
             waiting: HashMap::new(),
             waiter_count: 0,
             flushing: 0,
-            cache: ReplayCache::new(limits.cache_entries_max),
+            cache,
         }
     }
 
@@ -80,8 +84,11 @@ impl Shard {
             return;
         }
         let n = self.queue.len().min(self.limits.batch_size_max);
-        let (writes, replies): (Vec<KeyWrite>, Vec<_>) =
-            self.queue.drain(..n).map(|s| (s.write, s.reply)).unzip();
+        let (writes, replies): (Vec<KeyWrite>, Vec<_>) = self
+            .queue
+            .drain(..n)
+            .map(|s| (s.write, (s.reply, s.body)))
+            .unzip();
         self.flushing = n;
         metrics::histogram!("payrail_shard_batch_size").record(n as f64);
         let store = self.store.clone();
@@ -108,7 +115,7 @@ impl Shard {
     fn settle(
         &mut self,
         writes: Vec<KeyWrite>,
-        replies: Vec<oneshot::Sender<Verdict>>,
+        replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,
         result: Result<Vec<WriteOutcome>, StoreError>,
     ) {
         let outcomes = match result {
@@ -116,7 +123,7 @@ impl Shard {
             Err(e) => {
                 tracing::warn!(shard = self.index, batch = writes.len(), error = %e, "flush failed; answering 503");
                 metrics::counter!("payrail_shard_flush_failures_total").increment(1);
-                for (write, reply) in writes.into_iter().zip(replies) {
+                for (write, (reply, _)) in writes.into_iter().zip(replies) {
                     let _ = reply.send(Verdict::Unavailable);
                     self.release(&scope_of(&write), None);
                 }
@@ -124,15 +131,16 @@ impl Shard {
             }
         };
         debug_assert_eq!(outcomes.len(), writes.len());
-        for ((write, reply), outcome) in writes.into_iter().zip(replies).zip(outcomes) {
+        for ((write, (reply, digest)), outcome) in writes.into_iter().zip(replies).zip(outcomes) {
             let scope = scope_of(&write);
+            let fingerprint = write.answer.fingerprint;
             let answer = match outcome {
                 WriteOutcome::Inserted => {
                     let _ = reply.send(Verdict::Created(write.answer.clone()));
                     Some(write.answer)
                 }
                 WriteOutcome::Existing(stored) => {
-                    let _ = reply.send(verdict(write.answer.fingerprint, &stored));
+                    let _ = reply.send(verdict(fingerprint, &stored));
                     Some(stored)
                 }
                 WriteOutcome::Vanished => {
@@ -140,19 +148,25 @@ impl Shard {
                     None
                 }
             };
-            self.release(&scope, answer);
+            // The attempt's bytes carry the answer's fingerprint only if it
+            // asked for the same thing.
+            let cached = answer.map(|answer| CachedAnswer {
+                body: (answer.fingerprint == fingerprint).then_some(digest),
+                answer,
+            });
+            self.release(&scope, cached);
         }
     }
 
     /// Ends a key's write: its waiters get their verdict from `answer` (or
     /// 503 when the write failed), and a known answer is cached.
-    fn release(&mut self, scope: &Scope, answer: Option<StoredAnswer>) {
+    fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>) {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
         self.waiter_count -= waiters.len();
         for w in waiters {
             let v = answer
                 .as_ref()
-                .map_or(Verdict::Unavailable, |a| verdict(w.fingerprint, a));
+                .map_or(Verdict::Unavailable, |a| a.verdict(w.fingerprint));
             let _ = w.reply.send(v);
         }
         if let Some(a) = answer {
@@ -166,15 +180,6 @@ fn scope_of(write: &KeyWrite) -> Scope {
         write.transfer.client_id,
         write.transfer.idempotency_key.clone(),
     )
-}
-
-/// What a key's stored answer means for an attempt with this fingerprint.
-fn verdict(fingerprint: Fingerprint, stored: &StoredAnswer) -> Verdict {
-    if stored.fingerprint == fingerprint {
-        Verdict::Replayed(stored.clone())
-    } else {
-        Verdict::KeyReused
-    }
 }
 
 impl Actor for Shard {
@@ -202,9 +207,11 @@ impl Handler<Submit> for Shard {
             self.report_depth();
             return;
         }
-        if let Some(stored) = self.cache.get(&scope, now_micros()) {
+        // The router looked before sending, but the key's flush may have
+        // finished since.
+        if let Some(cached) = self.cache.get(&scope, now_micros()) {
             metrics::counter!("payrail_replay_cache_hits_total").increment(1);
-            let _ = msg.reply.send(verdict(fingerprint, &stored));
+            let _ = msg.reply.send(cached.verdict(fingerprint));
             return;
         }
         metrics::counter!("payrail_replay_cache_misses_total").increment(1);

@@ -11,10 +11,11 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{ClientId, IdempotencyKey};
+use crate::domain::{now_micros, BodyDigest, ClientId, Fingerprint, IdempotencyKey};
 use crate::store::{KeyWrite, Store, StoredAnswer};
 
 pub use actor::{Shard, Submit};
+pub use cache::{CachedAnswer, ReplayCache, Scope};
 
 /// Bounds of one shard, from `ServeConfig`.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +49,8 @@ pub enum Verdict {
 #[derive(Clone)]
 pub struct ShardRouter {
     shards: Arc<[Addr<Shard>]>,
+    /// Each shard's committed answers, in shard order.
+    caches: Arc<[Arc<ReplayCache>]>,
     coalesce_timeout: Duration,
 }
 
@@ -63,35 +66,54 @@ impl ShardRouter {
         assert!(count > 0, "at least one shard");
         let mut arbiters = Vec::with_capacity(count);
         let mut shards = Vec::with_capacity(count);
+        let mut caches = Vec::with_capacity(count);
         for index in 0..count {
             let arbiter = Arbiter::new();
             let store = store.clone();
+            let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
+            caches.push(cache.clone());
             shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
                 // A real bound: `try_send` fails once this many messages wait.
                 ctx.set_mailbox_capacity(limits.queue_len_max);
-                Shard::new(index, store, limits)
+                Shard::new(index, store, limits, cache)
             }));
             arbiters.push(arbiter);
         }
         (
             Self {
                 shards: shards.into(),
+                caches: caches.into(),
                 coalesce_timeout,
             },
             arbiters,
         )
     }
 
+    /// The committed answer of a key still in its shard's cache, read on the
+    /// caller's thread; `None` means ask the shard with [`ShardRouter::submit`].
+    ///
+    /// This is the replay fast path: no hop to the shard's thread and back,
+    /// and the caller need not build the transfer it would have created.
+    /// It is safe without the shard's serialization because a cached answer
+    /// is final: the shard caches only committed answers, and a key with a
+    /// live cached answer is never written again.
+    pub fn cached(&self, scope: &Scope) -> Option<CachedAnswer> {
+        let index = shard_index(scope.0, &scope.1, self.shards.len());
+        let cached = self.caches[index].get(scope, now_micros())?;
+        metrics::counter!("payrail_replay_cache_hits_total").increment(1);
+        Some(cached)
+    }
+
     /// Hands an attempt to its shard and waits for the verdict, at most the
     /// coalesce timeout.
-    pub async fn submit(&self, write: KeyWrite) -> Verdict {
+    pub async fn submit(&self, write: KeyWrite, body: BodyDigest) -> Verdict {
         let index = shard_index(
             write.transfer.client_id,
             &write.transfer.idempotency_key,
             self.shards.len(),
         );
         let (reply, verdict) = tokio::sync::oneshot::channel();
-        if let Err(e) = self.shards[index].try_send(Submit { write, reply }) {
+        if let Err(e) = self.shards[index].try_send(Submit { write, body, reply }) {
             return match e {
                 actix::dev::SendError::Full(_) => Verdict::Overloaded,
                 actix::dev::SendError::Closed(_) => Verdict::Unavailable,
@@ -103,6 +125,15 @@ impl ShardRouter {
             Ok(Err(_)) => Verdict::Unavailable,
             Err(_) => Verdict::InProgress,
         }
+    }
+}
+
+/// What a key's stored answer means for an attempt with this fingerprint.
+fn verdict(fingerprint: Fingerprint, stored: &StoredAnswer) -> Verdict {
+    if stored.fingerprint == fingerprint {
+        Verdict::Replayed(stored.clone())
+    } else {
+        Verdict::KeyReused
     }
 }
 

@@ -191,18 +191,18 @@ impl Api {
             .send()
             .await
             .map_err(failure)?;
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let body = res.bytes().await.map_err(failure)?;
-        Ok(Answer {
-            status,
-            replayed: header_str(&headers, "idempotent-replayed")
+        let headers = res.headers();
+        let mut answer = Answer {
+            status: res.status().as_u16(),
+            replayed: header_str(headers, "idempotent-replayed")
                 .is_some_and(|v| v.eq_ignore_ascii_case("true")),
-            location: header_str(&headers, LOCATION.as_str()).map(str::to_owned),
-            retry_after: header_str(&headers, RETRY_AFTER.as_str())
+            location: header_str(headers, LOCATION.as_str()).map(str::to_owned),
+            retry_after: header_str(headers, RETRY_AFTER.as_str())
                 .and_then(|v| parse_retry_after(v, SystemTime::now())),
-            body,
-        })
+            body: Bytes::new(),
+        };
+        answer.body = res.bytes().await.map_err(failure)?;
+        Ok(answer)
     }
 
     /// `GET /transfers/{id}`: `Ok(None)` on 404.

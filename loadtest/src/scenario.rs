@@ -126,8 +126,9 @@ pub struct Intent {
 pub struct IntentState {
     /// Every transfer id an answer named (more than one is a violation).
     pub ids: BTreeSet<Uuid>,
-    /// The first `201` body, which every replay must repeat byte for byte.
-    pub first_body: Option<Bytes>,
+    /// The first `201` body and the transfer it names; every replay must
+    /// repeat the body byte for byte.
+    pub first: Option<(Bytes, Uuid)>,
     /// `201`s without `Idempotent-Replayed: true` (more than one is a violation).
     pub fresh: u32,
     /// Attempts sent.
@@ -411,14 +412,30 @@ fn judge(
             }
         }
         (_, 201) => {
-            let transfer: Transfer = match serde_json::from_slice(&answer.body) {
-                Ok(t) => t,
-                Err(e) => {
-                    violation(format!("201 body is not a transfer: {e}"));
-                    return Next::Done(End::Unexpected);
+            // The first answer's bytes were parsed and checked when they came;
+            // the same bytes again name the same transfer and pass the same checks.
+            let known = intent
+                .state()
+                .first
+                .as_ref()
+                .filter(|(body, _)| *body == answer.body)
+                .map(|&(_, id)| id);
+            let id = match known {
+                Some(id) => id,
+                None => {
+                    let transfer: Transfer = match serde_json::from_slice(&answer.body) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            violation(format!("201 body is not a transfer: {e}"));
+                            return Next::Done(End::Unexpected);
+                        }
+                    };
+                    if phase == Phase::Create {
+                        check_transfer(intent, &transfer, &violation);
+                    }
+                    transfer.id
                 }
             };
-            let id = transfer.id;
             if phase == Phase::Reuse {
                 // Remembered so the audit reads this transfer back too.
                 intent.state().ids.insert(id);
@@ -428,7 +445,7 @@ fn judge(
                 ));
                 return Next::Done(End::Unexpected);
             }
-            check_created(intent, answer, &transfer, seq, acked_before, &violation);
+            check_created(intent, answer, id, seq, acked_before, &violation);
             Next::Done(End::Created(id))
         }
         _ => {
@@ -445,24 +462,10 @@ fn judge(
     }
 }
 
-/// The promises a `201` makes: it names the intent's transfer, the same one
-/// as every other answer, with the same bytes, and it is "fresh" at most once.
-fn check_created(
-    intent: &Intent,
-    answer: &Answer,
-    transfer: &Transfer,
-    seq: u32,
-    acked_before: bool,
-    violation: &dyn Fn(String),
-) {
+/// What a `201` body must say: a transfer of the intent's key with the
+/// fields the intent sent.
+fn check_transfer(intent: &Intent, transfer: &Transfer, violation: &dyn Fn(String)) {
     let id = transfer.id;
-    let expected_location = format!("/transfers/{id}");
-    if answer.location.as_deref() != Some(expected_location.as_str()) {
-        violation(format!(
-            "201 Location {:?}, expected {expected_location:?}",
-            answer.location
-        ));
-    }
     if transfer.idempotency_key != intent.key {
         violation(format!(
             "201 names transfer {id} of key {:?}",
@@ -476,17 +479,36 @@ fn check_created(
             mismatches.join("; ")
         ));
     }
+}
+
+/// The promises every `201` makes: it names the intent's transfer, the same
+/// one as every other answer, with the same bytes, and it is "fresh" at most once.
+fn check_created(
+    intent: &Intent,
+    answer: &Answer,
+    id: Uuid,
+    seq: u32,
+    acked_before: bool,
+    violation: &dyn Fn(String),
+) {
+    let expected_location = format!("/transfers/{id}");
+    if answer.location.as_deref() != Some(expected_location.as_str()) {
+        violation(format!(
+            "201 Location {:?}, expected {expected_location:?}",
+            answer.location
+        ));
+    }
 
     let mut st = intent.state();
     st.acknowledged = true;
-    match &st.first_body {
-        Some(first) if *first != answer.body => {
+    match &st.first {
+        Some((first, _)) if *first != answer.body => {
             violation(format!(
                 "replayed body for transfer {id} is not byte-identical to the first answer"
             ));
         }
         Some(_) => {}
-        None => st.first_body = Some(answer.body.clone()),
+        None => st.first = Some((answer.body.clone(), id)),
     }
     if st.ids.insert(id) && st.ids.len() > 1 {
         violation(format!("answers name different transfers: {:?}", st.ids));
@@ -649,6 +671,23 @@ mod tests {
         assert_eq!(violations(&ctx), Vec::<String>::new());
         let st = it.state();
         assert_eq!((st.fresh, st.acknowledged, st.ids.len()), (1, true, 1));
+    }
+
+    #[test]
+    fn a_replay_of_the_first_bytes_is_still_checked_for_its_location() {
+        let (ctx, it) = (ctx(), factory("replay=1").make(1));
+        let id = Uuid::now_v7();
+        let first = created(&it, id, false, it.body.amount);
+        judge(&ctx, &it, Phase::Create, &first, 0, false);
+        let elsewhere = Answer {
+            replayed: true,
+            location: Some(format!("/transfers/{}", Uuid::nil())),
+            ..first
+        };
+        judge(&ctx, &it, Phase::Create, &elsewhere, 1, true);
+        let v = violations(&ctx);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("201 Location"), "{v:?}");
     }
 
     #[test]

@@ -191,18 +191,22 @@ impl Api {
             .send()
             .await
             .map_err(failure)?;
+        // Read what is needed from the headers before `bytes` consumes them.
         let headers = res.headers();
-        let mut answer = Answer {
-            status: res.status().as_u16(),
-            replayed: header_str(headers, "idempotent-replayed")
-                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
-            location: header_str(headers, LOCATION.as_str()).map(str::to_owned),
-            retry_after: header_str(headers, RETRY_AFTER.as_str())
-                .and_then(|v| parse_retry_after(v, SystemTime::now())),
-            body: Bytes::new(),
-        };
-        answer.body = res.bytes().await.map_err(failure)?;
-        Ok(answer)
+        let status = res.status().as_u16();
+        let replayed = header_str(headers, "idempotent-replayed")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let location = header_str(headers, LOCATION.as_str()).map(str::to_owned);
+        let retry_after = header_str(headers, RETRY_AFTER.as_str())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let body = res.bytes().await.map_err(failure)?;
+        Ok(Answer {
+            status,
+            replayed,
+            location,
+            retry_after,
+            body,
+        })
     }
 
     /// `GET /transfers/{id}`: `Ok(None)` on 404.

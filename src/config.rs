@@ -12,6 +12,11 @@ fn default_parallelism() -> usize {
         .unwrap_or(2)
 }
 
+/// Shortest `--key-retention`: a retry must find its key.
+pub const KEY_RETENTION_MIN: Duration = Duration::from_secs(1);
+/// Longest `--key-retention` (one year and a day).
+pub const KEY_RETENTION_MAX: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Connection to Postgres and the bounds on every database operation.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseConfig {
@@ -62,6 +67,17 @@ pub struct ServeConfig {
     /// Most new transfers written in one flush (one transaction).
     #[arg(long, env = "PAYRAIL_MAX_BATCH", default_value_t = 256)]
     pub max_batch: usize,
+    /// Flushes of one shard in flight at once. A new one starts only when
+    /// the previous one has run its statements and waits for its COMMIT to
+    /// be durable, so the two overlap without competing for Postgres's CPU.
+    #[arg(long, env = "PAYRAIL_SHARD_FLUSHES", default_value_t = 2)]
+    pub shard_flushes: usize,
+    /// How long a flush waits for a row lock held by another transaction
+    /// (another process writing the same key, or one frozen mid-transaction)
+    /// before it splits the batch, so only the attempt that waited answers
+    /// `409`; every other attempt of the batch is written.
+    #[arg(long, env = "PAYRAIL_DB_LOCK_TIMEOUT", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub db_lock_timeout: Duration,
     /// Most attempts queued in one shard (waiting for a flush or for their
     /// key's write); past it requests get `503 overloaded`.
     #[arg(long, env = "PAYRAIL_SHARD_QUEUE", default_value_t = 4096)]
@@ -123,9 +139,18 @@ pub struct RelayConfig {
     /// live call is never duplicated by a takeover.
     #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub relay_lease: Duration,
-    /// Attempts before a row is dead-lettered.
+    /// Provider calls per retry budget before a row is dead-lettered
+    /// (`payrail outbox retry` starts a new budget).
     #[arg(long, env = "PAYRAIL_MAX_ATTEMPTS", default_value_t = 20)]
     pub max_attempts: i32,
+    /// Rows a flush may hand straight to this process's relay (claimed in
+    /// the flush's own transaction) that are not yet settled. Past it new
+    /// rows are written unclaimed and relays claim them from Postgres.
+    #[arg(long, env = "PAYRAIL_RELAY_QUEUE", default_value_t = 4096)]
+    pub relay_queue: usize,
+    /// Most provider outcomes settled in one transaction.
+    #[arg(long, env = "PAYRAIL_RELAY_SETTLE_BATCH", default_value_t = 256)]
+    pub relay_settle_batch: usize,
     /// First retry delay; doubles per attempt up to the cap, with full jitter.
     #[arg(long, env = "PAYRAIL_RETRY_BASE", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub retry_base: Duration,
@@ -146,6 +171,9 @@ impl ServeConfig {
             ("--replay-cache", self.replay_cache),
             ("--db-pool-size", self.database.db_pool_size),
             ("--relay-concurrency", self.relay.relay_concurrency),
+            ("--relay-queue", self.relay.relay_queue),
+            ("--relay-settle-batch", self.relay.relay_settle_batch),
+            ("--shard-flushes", self.shard_flushes),
             ("--rate-limit", self.rate_limit as usize),
             ("--rate-limit-burst", self.rate_limit_burst as usize),
         ];
@@ -161,6 +189,19 @@ impl ServeConfig {
         }
         if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
             return Err("--max-attempts and --reaper-batch must be at least 1".into());
+        }
+        // 0 would turn idempotency off without a word; a huge value would
+        // overflow timestamps. Both are mistakes, said at start-up.
+        if !(KEY_RETENTION_MIN..=KEY_RETENTION_MAX).contains(&self.key_retention) {
+            return Err(format!(
+                "--key-retention must be between {} and {} (got {})",
+                humantime::format_duration(KEY_RETENTION_MIN),
+                humantime::format_duration(KEY_RETENTION_MAX),
+                humantime::format_duration(self.key_retention)
+            ));
+        }
+        if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
+            return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
         }
         Ok(())
     }

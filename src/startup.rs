@@ -12,9 +12,9 @@ use crate::api::{self, AppState, AuthCache, ClientRateLimiter};
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
-use crate::relay::{Relay, RelayLimits};
+use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits};
 use crate::shard::{ShardLimits, ShardRouter};
-use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
+use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
 
 /// A built, bound, not yet awaited engine.
@@ -37,13 +37,57 @@ impl Application {
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
 
+        let mut arbiters = Vec::new();
+        // The relay first: the shards hand it the rows they claim.
+        let handoff = match &config.provider_url {
+            Some(url) => {
+                let provider = Arc::new(HttpProvider::new(url, config.relay.provider_timeout)?);
+                let r = &config.relay;
+                let limits = RelayLimits {
+                    concurrency_max: r.relay_concurrency,
+                    poll_interval: r.relay_poll,
+                    lease: r.relay_lease,
+                    max_attempts: r.max_attempts,
+                    retry_base: r.retry_base,
+                    retry_cap: r.retry_cap,
+                    provider_timeout: r.provider_timeout,
+                    settle_timeout: config.database.db_timeout,
+                    settle_batch_max: r.relay_settle_batch,
+                };
+                let relay_arbiter = Arbiter::new();
+                let relay_store = store.clone();
+                let count = Arc::new(HandoffCount::default());
+                let relay_count = count.clone();
+                let relay = Relay::start_in_arbiter(&relay_arbiter.handle(), move |_| {
+                    Relay::new(relay_store, provider, limits, relay_count)
+                });
+                arbiters.push(relay_arbiter);
+                Some(Handoff::new(relay, count, r.relay_queue, r.relay_lease))
+            }
+            None => {
+                tracing::warn!("no --provider-url: the relay is off and transfers stay pending");
+                None
+            }
+        };
+
         let limits = ShardLimits {
             batch_size_max: config.max_batch,
             queue_len_max: config.shard_queue,
             cache_entries_max: config.replay_cache,
+            flushes_in_flight_max: config.shard_flushes,
+            flush: FlushLimits {
+                key_retention: config.key_retention,
+                lock_timeout: config.db_lock_timeout,
+            },
         };
-        let (shards, mut arbiters) =
-            ShardRouter::start(config.shards, &store, limits, config.coalesce_timeout);
+        let (shards, shard_arbiters) = ShardRouter::start(
+            config.shards,
+            &store,
+            limits,
+            config.coalesce_timeout,
+            handoff,
+        );
+        arbiters.extend(shard_arbiters);
 
         let reaper_arbiter = Arbiter::new();
         let reaper_limits = ReaperLimits {
@@ -56,30 +100,6 @@ impl Application {
             Reaper::new(reaper_store, reaper_limits)
         });
         arbiters.push(reaper_arbiter);
-
-        match &config.provider_url {
-            Some(url) => {
-                let provider = Arc::new(HttpProvider::new(url, config.relay.provider_timeout)?);
-                let r = &config.relay;
-                let limits = RelayLimits {
-                    concurrency_max: r.relay_concurrency,
-                    poll_interval: r.relay_poll,
-                    lease: r.relay_lease,
-                    attempts_max: r.max_attempts,
-                    retry_base: r.retry_base,
-                    retry_cap: r.retry_cap,
-                };
-                let relay_arbiter = Arbiter::new();
-                let relay_store = store.clone();
-                Relay::start_in_arbiter(&relay_arbiter.handle(), move |_| {
-                    Relay::new(relay_store, provider, limits)
-                });
-                arbiters.push(relay_arbiter);
-            }
-            None => {
-                tracing::warn!("no --provider-url: the relay is off and transfers stay pending")
-            }
-        }
 
         // Revocations reach every process's cache over NOTIFY, and each
         // process confirms, so `client revoke` returns once none trusts the key.
@@ -101,7 +121,6 @@ impl Application {
             rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,
             body_read_timeout: config.client_request_timeout,
-            key_retention: AppState::retention(config.key_retention),
             metrics: telemetry::metrics_handle(),
         });
         let listener = TcpListener::bind(config.listen)?;

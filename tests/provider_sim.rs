@@ -192,7 +192,9 @@ async fn fail_rate_one_is_transient_with_retry_after_and_never_executes() {
             Err(ProviderError::Transient {
                 retry_after,
                 reason,
+                ambiguous,
             }) => {
+                assert!(ambiguous, "a 503 may hide an execution");
                 assert_eq!(retry_after, Some(Duration::from_secs(1)));
                 assert!(reason.contains("503"), "{reason}");
             }
@@ -296,8 +298,10 @@ async fn connection_refused_is_transient() {
         Err(ProviderError::Transient {
             reason,
             retry_after,
+            ambiguous,
         }) => {
             assert!(reason.contains("connection"), "{reason}");
+            assert!(!ambiguous, "a refused connection carried no request");
             assert_eq!(retry_after, None);
         }
         other => panic!("{other:?}"),

@@ -40,17 +40,8 @@ pub struct AppState {
     pub body_limit: usize,
     /// How long a client may take to send its body.
     pub body_read_timeout: Duration,
-    /// How long a key is remembered.
-    pub key_retention: chrono::Duration,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
-}
-
-impl AppState {
-    /// Converts the retention to the clock type the domain uses.
-    pub fn retention(d: Duration) -> chrono::Duration {
-        chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-    }
 }
 
 /// Registers every route.

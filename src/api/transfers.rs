@@ -72,19 +72,12 @@ pub async fn create(
     let transfer = Transfer::accept(client, key, request);
     let body = serde_json::to_vec(&TransferView::from(&transfer))
         .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-    let answer = StoredAnswer {
+    let write = KeyWrite {
+        transfer,
         fingerprint,
-        status: StatusCode::CREATED.as_u16(),
         body: body.into(),
-        transfer_id: transfer.id,
-        expires_at: transfer.created_at + state.key_retention,
     };
-    respond(
-        state
-            .shards
-            .submit(KeyWrite { transfer, answer }, digest)
-            .await,
-    )
+    respond(state.shards.submit(write, digest).await)
 }
 
 /// The HTTP answer to a shard's verdict.

@@ -7,6 +7,7 @@ mod api_key;
 mod currency;
 mod fingerprint;
 mod idempotency_key;
+mod provider_text;
 mod transfer;
 
 pub use account::AccountId;
@@ -15,6 +16,7 @@ pub use api_key::{ApiKey, ApiKeyHash, ClientId};
 pub use currency::Currency;
 pub use fingerprint::{BodyDigest, Fingerprint};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
+pub use provider_text::{ProviderText, PROVIDER_TEXT_CHARS_MAX};
 /// SPEC §3's limits on a transfer's free-form fields.
 pub mod transfer_limits {
     pub use super::transfer::{

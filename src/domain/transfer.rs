@@ -265,6 +265,11 @@ impl TransferStatus {
         }
     }
 
+    /// True for `succeeded` and `failed`: nothing changes the status after.
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Pending)
+    }
+
     /// Parses the stored name.
     pub fn parse(raw: &str) -> Option<Self> {
         match raw {

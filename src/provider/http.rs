@@ -103,11 +103,7 @@ impl HttpProvider {
             .await;
         let mut response = match sent {
             Ok(response) => response,
-            Err(err) => {
-                return classify(Exchange::NoResponse {
-                    reason: describe_transport_error(&err),
-                })
-            }
+            Err(err) => return classify(no_response(&err)),
         };
         let status = response.status().as_u16();
         let retry_after = response
@@ -122,6 +118,72 @@ impl HttpProvider {
             body: body.as_deref().map_err(String::as_str),
         })
     }
+
+    async fn look_up(
+        client: reqwest::Client,
+        url: reqwest::Url,
+    ) -> Result<Option<ProviderOutcome>, ProviderError> {
+        let mut response = match client.get(url).send().await {
+            Ok(response) => response,
+            Err(err) => return Err(transient_of(classify(no_response(&err)))),
+        };
+        let status = response.status().as_u16();
+        let body = read_capped(&mut response).await;
+        classify_lookup(status, body.as_deref().map_err(String::as_str))
+    }
+}
+
+/// What a `GET /payouts/{id}` answer says. Only a `200` whose body states a
+/// final outcome, or a `404` (never executed), decides anything; everything
+/// else leaves the payout's fate unknown, so the caller retries later.
+pub fn classify_lookup(
+    status: u16,
+    body: Result<&[u8], &str>,
+) -> Result<Option<ProviderOutcome>, ProviderError> {
+    let unknown = |reason: String| ProviderError::Transient {
+        reason,
+        retry_after: None,
+        ambiguous: true,
+    };
+    match status {
+        200 => {
+            let body = body.map_err(|e| unknown(format!("lookup: HTTP 200, {e}")))?;
+            match serde_json::from_slice::<AnswerBody>(body) {
+                Ok(AnswerBody::Succeeded { reference }) => {
+                    Ok(Some(ProviderOutcome::Succeeded { reference }))
+                }
+                Ok(AnswerBody::Declined { reason }) => Ok(Some(ProviderOutcome::Declined {
+                    reason: reason.unwrap_or_else(|| "declined".to_owned()),
+                })),
+                Err(e) => Err(unknown(format!(
+                    "lookup: HTTP 200 with unusable body ({e}): {}",
+                    excerpt(body)
+                ))),
+            }
+        }
+        404 => Ok(None),
+        _ => Err(unknown(format!(
+            "lookup: HTTP {status}{}",
+            body_suffix(body)
+        ))),
+    }
+}
+
+/// A transport failure as an [`Exchange`]: a connection that was never made
+/// carried no request, anything later may have.
+fn no_response(err: &reqwest::Error) -> Exchange<'static> {
+    Exchange::NoResponse {
+        reason: describe_transport_error(err),
+        maybe_sent: !err.is_connect(),
+    }
+}
+
+/// The error of a classified transport failure (which is never a success).
+fn transient_of(r: Result<ProviderOutcome, ProviderError>) -> ProviderError {
+    match r {
+        Err(e) => e,
+        Ok(_) => unreachable!("a transport failure is never an outcome"),
+    }
 }
 
 impl Provider for HttpProvider {
@@ -131,6 +193,23 @@ impl Provider for HttpProvider {
     ) -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>> {
         // reqwest::Client is an Arc inside; cloning it shares the pool.
         Self::call(self.client.clone(), self.payouts_url.clone(), payout).boxed()
+    }
+
+    fn lookup(
+        &self,
+        transfer_id: Uuid,
+    ) -> BoxFuture<'static, Result<Option<ProviderOutcome>, ProviderError>> {
+        let url = reqwest::Url::parse(&format!("{}/{transfer_id}", self.payouts_url));
+        let client = self.client.clone();
+        async move {
+            let url = url.map_err(|e| ProviderError::Transient {
+                reason: format!("lookup url: {e}"),
+                retry_after: None,
+                ambiguous: true,
+            })?;
+            Self::look_up(client, url).await
+        }
+        .boxed()
     }
 }
 
@@ -231,6 +310,8 @@ pub enum Exchange<'a> {
     NoResponse {
         /// The transport's description of what went wrong.
         reason: String,
+        /// False only when no connection was made, so no request went out.
+        maybe_sent: bool,
     },
     /// A response head arrived.
     Response {
@@ -252,10 +333,11 @@ pub enum Exchange<'a> {
 /// always safe against an idempotent provider, while a wrong "failed" is not.
 pub fn classify(exchange: Exchange<'_>) -> Result<ProviderOutcome, ProviderError> {
     let (status, retry_after, body) = match exchange {
-        Exchange::NoResponse { reason } => {
+        Exchange::NoResponse { reason, maybe_sent } => {
             return Err(ProviderError::Transient {
                 reason,
                 retry_after: None,
+                ambiguous: maybe_sent,
             })
         }
         Exchange::Response {
@@ -264,9 +346,12 @@ pub fn classify(exchange: Exchange<'_>) -> Result<ProviderOutcome, ProviderError
             body,
         } => (status, retry_after, body),
     };
+    // Only these statuses say the provider did not act on the request.
+    let ambiguous = !matches!(status, 408 | 425 | 429);
     let transient = |reason: String| ProviderError::Transient {
         reason,
         retry_after,
+        ambiguous,
     };
     match status {
         200..=299 => {
@@ -444,13 +529,76 @@ mod tests {
     fn no_response_is_transient_without_retry_after() {
         assert_eq!(
             classify(Exchange::NoResponse {
-                reason: "timeout".into()
+                reason: "timeout".into(),
+                maybe_sent: true,
             }),
             Err(ProviderError::Transient {
                 reason: "timeout".into(),
-                retry_after: None
+                retry_after: None,
+                ambiguous: true,
             })
         );
+        assert!(matches!(
+            classify(Exchange::NoResponse {
+                reason: "connection refused".into(),
+                maybe_sent: false,
+            }),
+            Err(ProviderError::Transient {
+                ambiguous: false,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_statuses_that_prove_nothing_ran_are_unambiguous() {
+        for (status, ambiguous) in [
+            (408, false),
+            (425, false),
+            (429, false),
+            (409, true),
+            (500, true),
+            (503, true),
+        ] {
+            match resp(status, "") {
+                Err(ProviderError::Transient { ambiguous: a, .. }) => {
+                    assert_eq!(a, ambiguous, "{status}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_decides_only_on_a_final_200_or_a_404() {
+        assert_eq!(
+            classify_lookup(
+                200,
+                Ok(br#"{"status":"succeeded","reference":"sim_9","transfer_id":"x"}"#)
+            ),
+            Ok(Some(ProviderOutcome::Succeeded {
+                reference: "sim_9".into()
+            }))
+        );
+        assert_eq!(
+            classify_lookup(200, Ok(br#"{"status":"declined","reason":"no"}"#)),
+            Ok(Some(ProviderOutcome::Declined {
+                reason: "no".into()
+            }))
+        );
+        assert_eq!(classify_lookup(404, Ok(b"")), Ok(None));
+        for (status, body) in [(200, &b"{}"[..]), (500, b""), (403, b""), (429, b"")] {
+            assert!(
+                matches!(
+                    classify_lookup(status, Ok(body)),
+                    Err(ProviderError::Transient {
+                        ambiguous: true,
+                        ..
+                    })
+                ),
+                "{status}"
+            );
+        }
     }
 
     #[test]

@@ -43,14 +43,19 @@ pub enum ProviderOutcome {
 /// A call that did not produce a final answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
-    /// Timeout, connection error, `5xx`, `408`, `409`, `425`, `429`: the payout
-    /// may or may not have executed; retry with the same business id.
+    /// Timeout, connection error, `5xx`, `408`, `409`, `425`, `429`: no final
+    /// answer; retry with the same business id.
     #[error("transient provider failure: {reason}")]
     Transient {
         /// What happened, for logs and the outbox row.
         reason: String,
         /// The provider's `Retry-After`, when it sent one.
         retry_after: Option<Duration>,
+        /// The payout may have executed (a timeout, a dropped connection, a
+        /// `5xx`): from now on a permanent `4xx` does not prove it did not.
+        /// False only when the request provably was not acted on (connection
+        /// refused, `408`, `425`, `429`).
+        ambiguous: bool,
     },
     /// A `4xx` other than the transient ones: the request itself is wrong.
     #[error("permanent provider failure: {reason}")]
@@ -66,4 +71,12 @@ pub trait Provider: Send + Sync + 'static {
     /// Executes `payout` once under its business id.
     fn execute(&self, payout: Payout)
         -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>>;
+
+    /// Asks what became of the payout with this business id: its outcome,
+    /// `None` when the provider never executed it, or an error when the
+    /// provider cannot tell now (retry later).
+    fn lookup(
+        &self,
+        transfer_id: Uuid,
+    ) -> BoxFuture<'static, Result<Option<ProviderOutcome>, ProviderError>>;
 }

@@ -1,14 +1,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::cache::{CachedAnswer, ReplayCache, Scope};
 use super::{verdict, ShardLimits, Verdict};
-use crate::domain::{now_micros, BodyDigest, Fingerprint};
-use crate::store::{KeyWrite, Store, StoreError, WriteOutcome};
+use crate::domain::{BodyDigest, Fingerprint};
+use crate::provider::Payout;
+use crate::relay::Handoff;
+use crate::store::outbox::ClaimedRow;
+use crate::store::{KeyWrite, OutboxHandoff, Store, StoreError, WriteOutcome};
 
 /// One attempt of `POST /transfers`, handed to its shard.
 #[derive(Message)]
@@ -29,45 +32,75 @@ struct Waiter {
     reply: oneshot::Sender<Verdict>,
 }
 
+/// How much earlier than Postgres's expiry a cached answer stops being
+/// served: room for the two clocks to run at slightly different rates.
+const CACHE_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
+
 /// A key-shard actor: owns its queue, its waiters and its replay cache;
 /// nothing else touches them.
 ///
 /// Invariant: a scope is in `waiting` exactly while one attempt of it is in
-/// `queue` or in the flush in flight, so a key never has two writes at once.
+/// `queue`, in `split`, or in a flush in flight, so a key never has two
+/// writes at once (and two flushes in flight never share a key).
 pub struct Shard {
     index: usize,
     label: String,
     store: Store,
     limits: ShardLimits,
+    /// Where rows claimed by a flush go; `None` when this process has no relay.
+    handoff: Option<Handoff>,
     /// Attempts of new keys waiting for the next flush.
     queue: VecDeque<Submit>,
+    /// Parts of a failed flush, retried before anything new so that the
+    /// failure lands on the attempt that caused it.
+    split: VecDeque<Vec<Submit>>,
     /// Keys being written, with the attempts that wait for their outcome.
     waiting: HashMap<Scope, Vec<Waiter>>,
     waiter_count: usize,
-    /// Attempts in the flush now in flight (0 when none is).
+    /// Attempts in flushes now in flight.
     flushing: usize,
+    /// Flushes in flight (at most `flushes_in_flight_max`).
+    flushes: usize,
+    /// A flush is still running its statements: the next one starts only
+    /// once it has reached its COMMIT, so at most one flush uses Postgres's
+    /// CPU while the previous one waits for its commit to be durable.
+    executing: bool,
     /// Filled only here; HTTP workers read it too (`ShardRouter::cached`).
     cache: Arc<ReplayCache>,
 }
 
 impl Shard {
     /// A shard with nothing queued, the only writer of `cache`.
-    pub fn new(index: usize, store: Store, limits: ShardLimits, cache: Arc<ReplayCache>) -> Self {
+    pub fn new(
+        index: usize,
+        store: Store,
+        limits: ShardLimits,
+        cache: Arc<ReplayCache>,
+        handoff: Option<Handoff>,
+    ) -> Self {
+        assert!(limits.batch_size_max > 0 && limits.flushes_in_flight_max > 0);
         Self {
             index,
             label: index.to_string(),
             store,
             limits,
+            handoff,
             queue: VecDeque::new(),
+            split: VecDeque::new(),
             waiting: HashMap::new(),
             waiter_count: 0,
             flushing: 0,
+            flushes: 0,
+            executing: false,
             cache,
         }
     }
 
     fn held(&self) -> usize {
-        self.queue.len() + self.waiter_count + self.flushing
+        self.queue.len()
+            + self.split.iter().map(Vec::len).sum::<usize>()
+            + self.waiter_count
+            + self.flushing
     }
 
     fn report_depth(&self) {
@@ -77,71 +110,118 @@ impl Shard {
             .set(self.cache.len() as f64);
     }
 
-    /// Starts a flush of up to `batch_size_max` queued attempts unless one is
-    /// in flight: attempts that arrive meanwhile form the next batch.
+    /// Starts flushes while one may start: none is running its statements,
+    /// fewer than `flushes_in_flight_max` are in flight, and attempts wait.
+    /// Attempts that arrive meanwhile form the next batch, so batches grow
+    /// by themselves under load.
     fn flush_if_idle(&mut self, ctx: &mut Context<Self>) {
-        if self.flushing > 0 || self.queue.is_empty() {
-            return;
+        while !self.executing && self.flushes < self.limits.flushes_in_flight_max {
+            let batch = match self.split.pop_front() {
+                Some(part) => part,
+                None if self.queue.is_empty() => return,
+                None => {
+                    let n = self.queue.len().min(self.limits.batch_size_max);
+                    self.queue.drain(..n).collect()
+                }
+            };
+            self.start_flush(batch, ctx);
         }
-        let n = self.queue.len().min(self.limits.batch_size_max);
-        let (writes, replies): (Vec<KeyWrite>, Vec<_>) = self
-            .queue
-            .drain(..n)
+    }
+
+    fn start_flush(&mut self, batch: Vec<Submit>, ctx: &mut Context<Self>) {
+        let n = batch.len();
+        assert!(n > 0 && n <= self.limits.batch_size_max);
+        self.flushing += n;
+        self.flushes += 1;
+        self.executing = true;
+        metrics::histogram!("payrail_shard_batch_size").record(n as f64);
+        let (writes, replies): (Vec<KeyWrite>, Vec<_>) = batch
+            .into_iter()
             .map(|s| (s.write, (s.reply, s.body)))
             .unzip();
-        self.flushing = n;
-        metrics::histogram!("payrail_shard_batch_size").record(n as f64);
+        // Claim the rows for this process's relay when it has room for them.
+        let handoff = match &self.handoff {
+            Some(h) if h.try_reserve(n) => OutboxHandoff::Claimed { lease: h.lease() },
+            _ => OutboxHandoff::Notify,
+        };
+        let (executed_tx, executed_rx) = oneshot::channel();
         let store = self.store.clone();
+        let limits = self.limits.flush;
         let started = Instant::now();
         let flush = async move {
-            let result = store.write_keys(&writes).await;
+            let result = store
+                .write_keys(&writes, handoff, limits, move || {
+                    let _ = executed_tx.send(());
+                })
+                .await;
             (writes, result)
         };
+        // The next flush may start once this one's statements ran (or it
+        // ended), overlapping its execution with this commit.
+        ctx.spawn(executed_rx.into_actor(self).map(|_, shard, ctx| {
+            shard.executing = false;
+            shard.flush_if_idle(ctx);
+        }));
         ctx.spawn(
             flush
                 .into_actor(self)
                 .map(move |(writes, result), shard, ctx| {
                     metrics::histogram!("payrail_shard_flush_seconds")
                         .record(started.elapsed().as_secs_f64());
-                    shard.flushing = 0;
-                    shard.settle(writes, replies, result);
+                    shard.flushing -= n;
+                    shard.flushes -= 1;
+                    shard.settle(writes, replies, result, handoff, started);
                     shard.report_depth();
                     shard.flush_if_idle(ctx);
                 }),
         );
     }
 
-    /// Answers every attempt of a finished flush and the attempts that waited on it.
+    /// Answers every attempt of a finished flush and the attempts that waited
+    /// on it, and hands the rows it claimed to the relay.
     fn settle(
         &mut self,
         writes: Vec<KeyWrite>,
         replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,
         result: Result<Vec<WriteOutcome>, StoreError>,
+        handoff: OutboxHandoff,
+        started: Instant,
     ) {
+        let reserved = match handoff {
+            OutboxHandoff::Claimed { .. } => writes.len(),
+            OutboxHandoff::Notify => 0,
+        };
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                tracing::warn!(shard = self.index, batch = writes.len(), error = %e, "flush failed; answering 503");
-                metrics::counter!("payrail_shard_flush_failures_total").increment(1);
-                for (write, (reply, _)) in writes.into_iter().zip(replies) {
-                    let _ = reply.send(Verdict::Unavailable);
-                    self.release(&scope_of(&write), None);
+                if let Some(h) = &self.handoff {
+                    h.release(reserved);
                 }
+                self.flush_failed(writes, replies, e);
                 return;
             }
         };
-        debug_assert_eq!(outcomes.len(), writes.len());
+        assert_eq!(outcomes.len(), writes.len(), "one outcome per write");
+        let mut claimed = Vec::new();
         for ((write, (reply, digest)), outcome) in writes.into_iter().zip(replies).zip(outcomes) {
             let scope = scope_of(&write);
-            let fingerprint = write.answer.fingerprint;
-            let answer = match outcome {
+            let fingerprint = write.fingerprint;
+            // Measured from before the transaction began, so the entry ends
+            // before the key expires by Postgres's clock.
+            let until =
+                |remaining: Duration| started + remaining.saturating_sub(CACHE_EXPIRY_MARGIN);
+            let cached = match outcome {
                 WriteOutcome::Inserted => {
-                    let _ = reply.send(Verdict::Created(write.answer.clone()));
-                    Some(write.answer)
+                    let answer = write.answer();
+                    let _ = reply.send(Verdict::Created(answer.clone()));
+                    if reserved > 0 {
+                        claimed.push(claimed_row(&write));
+                    }
+                    Some((answer, until(self.limits.flush.key_retention)))
                 }
-                WriteOutcome::Existing(stored) => {
-                    let _ = reply.send(verdict(fingerprint, &stored));
-                    Some(stored)
+                WriteOutcome::Existing(live) => {
+                    let _ = reply.send(verdict(fingerprint, &live.answer));
+                    Some((live.answer, until(live.remaining)))
                 }
                 WriteOutcome::Vanished => {
                     let _ = reply.send(Verdict::Unavailable);
@@ -150,28 +230,91 @@ impl Shard {
             };
             // The attempt's bytes carry the answer's fingerprint only if it
             // asked for the same thing.
-            let cached = answer.map(|answer| CachedAnswer {
+            let cached = cached.map(|(answer, until)| CachedAnswer {
                 body: (answer.fingerprint == fingerprint).then_some(digest),
                 answer,
+                until,
             });
-            self.release(&scope, cached);
+            self.release(&scope, cached, Verdict::Unavailable);
+        }
+        if let Some(h) = &self.handoff {
+            h.release(reserved - claimed.len());
+            h.deliver(claimed, started);
+        }
+    }
+
+    /// A flush's transaction failed. When Postgres refused something about
+    /// particular rows (a row lock held elsewhere, a value), the batch is
+    /// split in two and each half retried, until the failure is down to the
+    /// one attempt at fault: one attempt never fails the others. A failure
+    /// of Postgres as a whole fails the batch: every attempt gets 503.
+    fn flush_failed(
+        &mut self,
+        writes: Vec<KeyWrite>,
+        replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,
+        error: StoreError,
+    ) {
+        let n = writes.len();
+        if n > 1 && error.is_row_specific() {
+            tracing::debug!(shard = self.index, batch = n, error = %error, "flush refused; retrying it in halves");
+            metrics::counter!("payrail_shard_flush_splits_total").increment(1);
+            let mut parts: Vec<Submit> = writes
+                .into_iter()
+                .zip(replies)
+                .map(|(write, (reply, body))| Submit { write, body, reply })
+                .collect();
+            let back = parts.split_off(n / 2);
+            // Front of the line, in order: keys keep their place in `waiting`.
+            self.split.push_front(back);
+            self.split.push_front(parts);
+            return;
+        }
+        // A lock held elsewhere past the lock timeout: the key is being
+        // written by another transaction right now.
+        let verdict = if error.is_lock_timeout() {
+            Verdict::InProgress
+        } else {
+            Verdict::Unavailable
+        };
+        tracing::warn!(shard = self.index, batch = n, error = %error, ?verdict, "flush failed");
+        metrics::counter!("payrail_shard_flush_failures_total").increment(1);
+        for (write, (reply, _)) in writes.into_iter().zip(replies) {
+            let _ = reply.send(verdict.clone());
+            self.release(&scope_of(&write), None, verdict.clone());
         }
     }
 
     /// Ends a key's write: its waiters get their verdict from `answer` (or
-    /// 503 when the write failed), and a known answer is cached.
-    fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>) {
+    /// `failed` when the write failed), and a known answer is cached.
+    fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>, failed: Verdict) {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
         self.waiter_count -= waiters.len();
         for w in waiters {
             let v = answer
                 .as_ref()
-                .map_or(Verdict::Unavailable, |a| a.verdict(w.fingerprint));
+                .map_or_else(|| failed.clone(), |a| a.verdict(w.fingerprint));
             let _ = w.reply.send(v);
         }
         if let Some(a) = answer {
             self.cache.put(scope.clone(), a);
         }
+    }
+}
+
+/// The outbox row a flush wrote claimed for `write`'s transfer.
+fn claimed_row(write: &KeyWrite) -> ClaimedRow {
+    let r = &write.transfer.request;
+    ClaimedRow {
+        payout: Payout {
+            transfer_id: write.transfer.id,
+            amount: r.amount.minor_units(),
+            currency: r.currency.code().to_owned(),
+            source_account: r.source_account.as_str().to_owned(),
+            destination_account: r.destination_account.as_str().to_owned(),
+        },
+        attempt: 1,
+        budget_used: 1,
+        ambiguous: false,
     }
 }
 
@@ -191,7 +334,7 @@ impl Handler<Submit> for Shard {
 
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) {
         let scope = scope_of(&msg.write);
-        let fingerprint = msg.write.answer.fingerprint;
+        let fingerprint = msg.write.fingerprint;
         if self.held() >= self.limits.queue_len_max {
             let _ = msg.reply.send(Verdict::Overloaded);
             return;
@@ -209,7 +352,7 @@ impl Handler<Submit> for Shard {
         }
         // The router looked before sending, but the key's flush may have
         // finished since.
-        if let Some(cached) = self.cache.get(&scope, now_micros()) {
+        if let Some(cached) = self.cache.get(&scope, Instant::now()) {
             metrics::counter!("payrail_replay_cache_hits_total").increment(1);
             let _ = msg.reply.send(cached.verdict(fingerprint));
             return;

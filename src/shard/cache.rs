@@ -1,7 +1,7 @@
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
-use chrono::{DateTime, Utc};
 use lru::LruCache;
 
 use super::{verdict, Verdict};
@@ -20,6 +20,10 @@ pub struct CachedAnswer {
     pub answer: StoredAnswer,
     /// Digest of a body whose fingerprint is `answer.fingerprint`.
     pub body: Option<BodyDigest>,
+    /// When this process stops serving it: on the monotonic clock, and
+    /// before the key's expiry by Postgres's clock (see `Shard`), so no
+    /// host's wall clock can stretch a key's retention.
+    pub until: Instant,
 }
 
 impl CachedAnswer {
@@ -56,10 +60,10 @@ impl ReplayCache {
     }
 
     /// The live answer for `scope`; an expired one is dropped and not returned.
-    pub fn get(&self, scope: &Scope, now: DateTime<Utc>) -> Option<CachedAnswer> {
+    pub fn get(&self, scope: &Scope, now: Instant) -> Option<CachedAnswer> {
         let mut entries = self.lock();
         match entries.get(scope) {
-            Some(a) if !a.answer.is_expired(now) => Some(a.clone()),
+            Some(a) if now < a.until => Some(a.clone()),
             Some(_) => {
                 entries.pop(scope);
                 None
@@ -94,7 +98,7 @@ impl ReplayCache {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use chrono::Duration;
+    use std::time::Duration;
     use uuid::Uuid;
 
     fn scope(i: u32) -> Scope {
@@ -104,27 +108,27 @@ mod tests {
         )
     }
 
-    fn answer(expires_at: DateTime<Utc>) -> CachedAnswer {
+    fn answer(until: Instant) -> CachedAnswer {
         CachedAnswer {
             answer: StoredAnswer {
                 fingerprint: Fingerprint([1; 32]),
                 status: 201,
                 body: Bytes::from_static(b"{}"),
                 transfer_id: Uuid::nil(),
-                expires_at,
             },
             body: Some(BodyDigest::of(b"{}")),
+            until,
         }
     }
 
     #[test]
     fn it_is_bounded_and_forgets_the_least_recent() {
-        let now = Utc::now();
+        let now = Instant::now();
         let c = ReplayCache::new(2);
-        c.put(scope(1), answer(now + Duration::hours(1)));
-        c.put(scope(2), answer(now + Duration::hours(1)));
+        c.put(scope(1), answer(now + Duration::from_secs(3600)));
+        c.put(scope(2), answer(now + Duration::from_secs(3600)));
         assert!(c.get(&scope(1), now).is_some());
-        c.put(scope(3), answer(now + Duration::hours(1)));
+        c.put(scope(3), answer(now + Duration::from_secs(3600)));
         assert_eq!(c.len(), 2);
         assert!(c.get(&scope(2), now).is_none());
         assert!(c.get(&scope(1), now).is_some());
@@ -132,7 +136,7 @@ mod tests {
 
     #[test]
     fn expired_answers_are_not_served() {
-        let now = Utc::now();
+        let now = Instant::now();
         let c = ReplayCache::new(4);
         c.put(scope(1), answer(now));
         assert!(c.get(&scope(1), now).is_none());
@@ -141,7 +145,7 @@ mod tests {
 
     #[test]
     fn only_the_same_bytes_skip_the_fingerprint() {
-        let cached = answer(Utc::now() + Duration::hours(1));
+        let cached = answer(Instant::now() + Duration::from_secs(3600));
         assert!(matches!(
             cached.verdict_for_body(BodyDigest::of(b"{}")),
             Some(Verdict::Replayed(_))

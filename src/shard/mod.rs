@@ -6,13 +6,14 @@ mod actor;
 mod cache;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, Arbiter};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{now_micros, BodyDigest, ClientId, Fingerprint, IdempotencyKey};
-use crate::store::{KeyWrite, Store, StoredAnswer};
+use crate::domain::{BodyDigest, ClientId, Fingerprint, IdempotencyKey};
+use crate::relay::Handoff;
+use crate::store::{FlushLimits, KeyWrite, Store, StoredAnswer};
 
 pub use actor::{Shard, Submit};
 pub use cache::{CachedAnswer, ReplayCache, Scope};
@@ -26,6 +27,11 @@ pub struct ShardLimits {
     pub queue_len_max: usize,
     /// Most answers in the replay cache.
     pub cache_entries_max: usize,
+    /// Most flushes of one shard in flight at once; a new one starts only
+    /// when the previous one has reached its COMMIT.
+    pub flushes_in_flight_max: usize,
+    /// Bounds of each flush transaction.
+    pub flush: FlushLimits,
 }
 
 /// The shard's answer to one attempt.
@@ -62,6 +68,7 @@ impl ShardRouter {
         store: &Store,
         limits: ShardLimits,
         coalesce_timeout: Duration,
+        handoff: Option<Handoff>,
     ) -> (Self, Vec<Arbiter>) {
         assert!(count > 0, "at least one shard");
         let mut arbiters = Vec::with_capacity(count);
@@ -72,10 +79,11 @@ impl ShardRouter {
             let store = store.clone();
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
+            let handoff = handoff.clone();
             shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
                 // A real bound: `try_send` fails once this many messages wait.
                 ctx.set_mailbox_capacity(limits.queue_len_max);
-                Shard::new(index, store, limits, cache)
+                Shard::new(index, store, limits, cache, handoff)
             }));
             arbiters.push(arbiter);
         }
@@ -99,7 +107,7 @@ impl ShardRouter {
     /// live cached answer is never written again.
     pub fn cached(&self, scope: &Scope) -> Option<CachedAnswer> {
         let index = shard_index(scope.0, &scope.1, self.shards.len());
-        let cached = self.caches[index].get(scope, now_micros())?;
+        let cached = self.caches[index].get(scope, Instant::now())?;
         metrics::counter!("payrail_replay_cache_hits_total").increment(1);
         Some(cached)
     }

@@ -23,6 +23,7 @@ pub struct Faults {
     fail_rate: f64,
     ambiguous_rate: f64,
     decline_rate: f64,
+    repeat_reject_rate: f64,
 }
 
 impl Faults {
@@ -34,7 +35,14 @@ impl Faults {
             fail_rate,
             ambiguous_rate,
             decline_rate,
+            repeat_reject_rate: 0.0,
         }
+    }
+
+    /// Also answers repeats of executed payouts `403` at this rate.
+    pub fn with_repeat_reject_rate(mut self, rate: f64) -> Self {
+        self.repeat_reject_rate = rate;
+        self
     }
 
     /// The seed in use, for logging so a run can be repeated.
@@ -65,6 +73,11 @@ impl Faults {
     /// Should the answer of this fresh execution be dropped?
     pub fn ambiguous(&self) -> bool {
         self.draw(self.ambiguous_rate)
+    }
+
+    /// Should this repeat of an executed payout be refused with a `403`?
+    pub fn reject_repeat(&self) -> bool {
+        self.draw(self.repeat_reject_rate)
     }
 
     /// The reason to decline this payout with, if it is to be declined.

@@ -104,6 +104,14 @@ async fn post_payout(req: HttpRequest, payload: web::Payload, app: web::Data<App
         }
         // Replays are always answered: a retry after an ambiguous drop must be
         // able to learn the outcome, or --ambiguous-rate 1.0 would be unusable.
+        Admission::Replayed(_) if app.faults.reject_repeat() => {
+            app.state.count_injected_failure();
+            error(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "provider-sim: repeat refused (--repeat-reject-rate)",
+            )
+        }
         Admission::Replayed(bytes) => {
             let mut resp = answer(bytes);
             resp.headers_mut().insert(

@@ -50,6 +50,13 @@ pub struct SimArgs {
     #[arg(long, env = "PAYRAIL_SIM_DECLINE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub decline_rate: f64,
 
+    /// Probability (0..=1) that a repeat of an already executed payout is
+    /// answered `403` instead of its stored answer: a provider whose
+    /// credentials or routing changed between two attempts. After an
+    /// ambiguous first attempt, that `403` proves nothing about the payout.
+    #[arg(long, env = "PAYRAIL_SIM_REPEAT_REJECT_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub repeat_reject_rate: f64,
+
     /// Seed of the fault RNG; without it a random seed is chosen and logged.
     #[arg(long, env = "PAYRAIL_SIM_SEED")]
     pub seed: Option<u64>,
@@ -73,6 +80,7 @@ impl Default for SimArgs {
             fail_rate: 0.0,
             ambiguous_rate: 0.0,
             decline_rate: 0.0,
+            repeat_reject_rate: 0.0,
             seed: None,
             max_payouts: 1_000_000,
             workers: None,
@@ -104,6 +112,7 @@ impl SimArgs {
             ("fail_rate", self.fail_rate),
             ("ambiguous_rate", self.ambiguous_rate),
             ("decline_rate", self.decline_rate),
+            ("repeat_reject_rate", self.repeat_reject_rate),
         ] {
             check_rate(v)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: {e}")))?;
@@ -188,7 +197,8 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
     let seed = args.seed.unwrap_or_else(rand::random);
     let app = web::Data::new(App {
         state: SimState::new(args.max_payouts),
-        faults: Faults::new(seed, args.fail_rate, args.ambiguous_rate, args.decline_rate),
+        faults: Faults::new(seed, args.fail_rate, args.ambiguous_rate, args.decline_rate)
+            .with_repeat_reject_rate(args.repeat_reject_rate),
         latency: Duration::from_millis(args.latency_ms),
     });
     let mut server = HttpServer::new(move || {

@@ -65,7 +65,7 @@ impl SimState {
         self.lock().stats.requests += 1;
     }
 
-    /// Counts a `503` injected by `--fail-rate`.
+    /// Counts an answer injected by `--fail-rate` or `--repeat-reject-rate`.
     pub fn count_injected_failure(&self) {
         self.lock().stats.injected_failures += 1;
     }
@@ -109,8 +109,12 @@ impl SimState {
             stats.declined += 1;
         }
         let id = request.transfer_id;
+        let (status, reference, reason) = answer.outcome();
         let record = PayoutRecord {
             request,
+            status,
+            reference,
+            reason,
             answer,
             replays: 0,
             ambiguous: false,

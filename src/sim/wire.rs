@@ -70,6 +70,18 @@ pub enum Answer {
     },
 }
 
+impl Answer {
+    /// The answer's `status`, `reference` and `reason`, for the record's top level.
+    pub fn outcome(&self) -> (String, Option<String>, Option<String>) {
+        match self {
+            Answer::Succeeded { reference, .. } => {
+                ("succeeded".into(), Some(reference.clone()), None)
+            }
+            Answer::Declined { reason, .. } => ("declined".into(), None, Some(reason.clone())),
+        }
+    }
+}
+
 /// The body of every error answer: `{"error":"<slug>","message":"…"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -100,12 +112,22 @@ pub struct Stats {
 }
 
 /// `GET /payouts/{id}`: the request as first received, its decision, and how
-/// often it was replayed.
+/// often it was replayed. The decision is also at the top level, as the
+/// `POST` answer has it (`status` with `reference` or `reason`), so a client
+/// that lost an answer reads this record the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PayoutRecord {
     /// The request that executed.
     #[serde(flatten)]
     pub request: PayoutRequest,
+    /// `succeeded` or `declined`, as in the stored answer.
+    pub status: String,
+    /// The reference of a success.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reference: Option<String>,
+    /// The reason of a decline.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
     /// The stored answer.
     pub answer: Answer,
     /// Repeats answered from the store.

@@ -1,4 +1,5 @@
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -18,80 +19,137 @@ pub struct StoredAnswer {
     pub body: Bytes,
     /// The transfer it names.
     pub transfer_id: Uuid,
-    /// When the key stops being remembered.
-    pub expires_at: DateTime<Utc>,
-}
-
-impl StoredAnswer {
-    /// True once the key's retention ran out: it then names nothing.
-    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at <= now
-    }
 }
 
 /// One new key to write: the transfer it creates and the answer to store.
 #[derive(Debug, Clone)]
 pub struct KeyWrite {
-    /// The new transfer (its id is `answer.transfer_id`).
+    /// The new transfer.
     pub transfer: Transfer,
-    /// The answer this attempt will give if it wins the key.
+    /// Fingerprint of the request.
+    pub fingerprint: Fingerprint,
+    /// The `201` body this attempt answers if it wins the key.
+    pub body: Bytes,
+}
+
+/// Status of every answer a winning attempt stores.
+pub const CREATED_STATUS: u16 = 201;
+
+impl KeyWrite {
+    /// The answer this write stores if it wins its key.
+    pub fn answer(&self) -> StoredAnswer {
+        StoredAnswer {
+            fingerprint: self.fingerprint,
+            status: CREATED_STATUS,
+            body: self.body.clone(),
+            transfer_id: self.transfer.id,
+        }
+    }
+}
+
+/// A live answer and how long Postgres's clock says it stays live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAnswer {
+    /// The answer.
     pub answer: StoredAnswer,
+    /// Time left until the key's retention runs out, measured by Postgres's
+    /// clock when the transaction started (so it is never longer than the truth).
+    pub remaining: Duration,
 }
 
 /// What a flush did with one [`KeyWrite`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {
-    /// The key was new (or expired): the transfer, key row and outbox row were written.
+    /// The key was new (or expired): the transfer, key row and outbox row were
+    /// written, and the key stays live for the whole retention from the
+    /// transaction's start by Postgres's clock.
     Inserted,
     /// The key already names a live answer, written earlier or by another process.
-    Existing(StoredAnswer),
+    Existing(LiveAnswer),
     /// The key row vanished between the conflict and the read-back (the reaper
     /// deleted it); nothing was written and a retry will insert it.
     Vanished,
 }
 
-/// One statement writes the whole batch: key rows (an expired row is replaced,
-/// a live one is left alone), then the transfers and outbox rows of the keys
-/// that were won, then a notification for the relay. Data-modifying CTEs all
-/// run, and foreign keys are checked at the end of the statement.
+/// How a flush writes its outbox rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxHandoff {
+    /// Rows are written due and unclaimed; relays learn of them by NOTIFY.
+    Notify,
+    /// Rows are written already claimed by this process (attempt 1, with a
+    /// lease), to be handed to its relay in memory after the commit: no
+    /// claim transaction and no notification.
+    Claimed {
+        /// How long the claim holds the rows.
+        lease: Duration,
+    },
+}
+
+/// Bounds of one flush transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct FlushLimits {
+    /// How long a key is remembered, by Postgres's clock.
+    pub key_retention: Duration,
+    /// How long the flush waits for a row lock held by another transaction
+    /// before it gives up (the flush is then split, so only the attempt that
+    /// waited fails).
+    pub lock_timeout: Duration,
+}
+
+/// One statement writes the whole batch: key rows (an expired row is
+/// replaced, a live one is left alone; expiry is judged by Postgres's clock
+/// only), then the transfers and outbox rows of the keys that were won.
+/// Data-modifying CTEs all run, and foreign keys are checked at the end of
+/// the statement. Rows arrive sorted by (client_id, key), so two flushes lock
+/// keys in the same order and cannot deadlock.
 const INSERT_BATCH: &str = "
 WITH input AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::int4[], $6::bytea[],
-                         $7::timestamptz[], $8::timestamptz[], $9::int8[], $10::text[], $11::text[],
-                         $12::text[], $13::text[], $14::jsonb[])
-        AS i(transfer_id, client_id, key, fingerprint, response_status, response_body,
-             created_at, expires_at, amount, currency, source_account,
+    SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::bytea[],
+                         $6::timestamptz[], $7::int8[], $8::text[], $9::text[],
+                         $10::text[], $11::text[], $12::jsonb[])
+        AS i(transfer_id, client_id, key, fingerprint, response_body,
+             created_at, amount, currency, source_account,
              destination_account, description, metadata)
 ), won AS (
     INSERT INTO idempotency_keys AS k
         (client_id, key, fingerprint, transfer_id, response_status, response_body, created_at, expires_at)
-    SELECT client_id, key, fingerprint, transfer_id, response_status, response_body, created_at, expires_at
+    SELECT client_id, key, fingerprint, transfer_id, 201, response_body, now(), now() + make_interval(secs => $13)
     FROM input
     ON CONFLICT (client_id, key) DO UPDATE SET
         fingerprint = EXCLUDED.fingerprint, transfer_id = EXCLUDED.transfer_id,
         response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body,
         created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-    WHERE k.expires_at <= EXCLUDED.created_at
+    WHERE k.expires_at <= now()
     RETURNING transfer_id
 ), new_transfers AS (
     INSERT INTO transfers (id, client_id, idempotency_key, status, amount, currency, source_account,
                            destination_account, description, metadata, created_at, updated_at)
-    SELECT transfer_id, client_id, key, 'pending', amount, currency, source_account,
-           destination_account, description, metadata, created_at, created_at
-    FROM input WHERE transfer_id IN (SELECT transfer_id FROM won)
+    SELECT i.transfer_id, i.client_id, i.key, 'pending', i.amount, i.currency, i.source_account,
+           i.destination_account, i.description, i.metadata, i.created_at, i.created_at
+    FROM input i JOIN won USING (transfer_id)
     RETURNING id
 ), new_outbox AS (
-    INSERT INTO outbox (transfer_id) SELECT id FROM new_transfers RETURNING transfer_id
+    INSERT INTO outbox (transfer_id, attempts, locked_until)
+    SELECT id, CASE WHEN $14 THEN 1 ELSE 0 END,
+           CASE WHEN $14 THEN now() + make_interval(secs => $15) END
+    FROM new_transfers
+    RETURNING transfer_id
 )
-SELECT transfer_id, pg_notify('payrail_outbox', '') FROM new_outbox";
+SELECT transfer_id FROM new_outbox";
+
+/// Wakes the relays of every process after a flush wrote unclaimed rows.
+const NOTIFY_OUTBOX: &str = "SELECT pg_notify('payrail_outbox', '')";
 
 /// Reads back the live rows that beat this batch's attempts. A separate
 /// statement, so that under READ COMMITTED it sees rows that another process
-/// committed while our insert waited on them.
+/// committed while our insert waited on them. Also returns how long each
+/// stays live by Postgres's clock.
 const SELECT_EXISTING: &str = "
-SELECT k.client_id, k.key, k.fingerprint, k.transfer_id, k.response_status, k.response_body, k.expires_at
+SELECT k.client_id, k.key, k.fingerprint, k.transfer_id, k.response_status, k.response_body,
+       GREATEST(EXTRACT(EPOCH FROM k.expires_at - now()), 0)::float8
 FROM idempotency_keys k
-JOIN UNNEST($1::uuid[], $2::text[]) AS i(client_id, key) USING (client_id, key)";
+JOIN UNNEST($1::uuid[], $2::text[]) AS i(client_id, key) USING (client_id, key)
+WHERE k.expires_at > now()";
 
 /// Deletes one bounded batch of expired key rows.
 const DELETE_EXPIRED: &str = "
@@ -102,40 +160,74 @@ impl Store {
     /// Writes a batch of new keys in one transaction and says, per write and
     /// in order, whether it was inserted or lost to an existing live key.
     /// The caller guarantees that no (client, key) appears twice in a batch.
-    pub async fn write_keys(&self, batch: &[KeyWrite]) -> Result<Vec<WriteOutcome>, StoreError> {
-        debug_assert!(!batch.is_empty());
+    ///
+    /// A row lock held elsewhere for longer than `limits.lock_timeout` fails
+    /// the whole transaction with [`StoreError::is_row_specific`] true, so the
+    /// caller can split the batch and find the one attempt that waited.
+    ///
+    /// `on_executed` runs once the statements are done, right before COMMIT:
+    /// the caller may start its next flush while this one's commit is made
+    /// durable.
+    pub async fn write_keys(
+        &self,
+        batch: &[KeyWrite],
+        handoff: OutboxHandoff,
+        limits: FlushLimits,
+        on_executed: impl FnOnce() + Send,
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        assert!(!batch.is_empty(), "a flush writes at least one key");
+        debug_assert_eq!(
+            batch
+                .iter()
+                .map(|w| (w.transfer.client_id, w.transfer.idempotency_key.as_str()))
+                .collect::<HashSet<_>>()
+                .len(),
+            batch.len(),
+            "a key appears once per flush"
+        );
+        let (claim, lease) = match handoff {
+            OutboxHandoff::Notify => (false, Duration::ZERO),
+            OutboxHandoff::Claimed { lease } => (true, lease),
+        };
+        let lock_timeout = format!(
+            "SET LOCAL lock_timeout = {}",
+            limits.lock_timeout.as_millis().max(1)
+        );
         self.with_client(|mut client| async move {
             let cols = Columns::of(batch);
             let tx = client.transaction().await?;
             let insert = tx.prepare_cached(INSERT_BATCH).await?;
-            let inserted: HashSet<Uuid> = tx
-                .query(
-                    &insert,
-                    &[
-                        &cols.transfer_id,
-                        &cols.client_id,
-                        &cols.key,
-                        &cols.fingerprint,
-                        &cols.status,
-                        &cols.body,
-                        &cols.created_at,
-                        &cols.expires_at,
-                        &cols.amount,
-                        &cols.currency,
-                        &cols.source,
-                        &cols.destination,
-                        &cols.description,
-                        &cols.metadata,
-                    ],
-                )
-                .await?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let retention = limits.key_retention.as_secs_f64();
+            let lease = lease.as_secs_f64();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
+                &cols.transfer_id,
+                &cols.client_id,
+                &cols.key,
+                &cols.fingerprint,
+                &cols.body,
+                &cols.created_at,
+                &cols.amount,
+                &cols.currency,
+                &cols.source,
+                &cols.destination,
+                &cols.description,
+                &cols.metadata,
+                &retention,
+                &claim,
+                &lease,
+            ];
+            // Both go out in one round trip (the driver pipelines them).
+            let (set, rows) =
+                futures::join!(tx.batch_execute(&lock_timeout), tx.query(&insert, &params));
+            set?;
+            let inserted: HashSet<Uuid> = rows?.iter().map(|r| r.get(0)).collect();
+            if !inserted.is_empty() && !claim {
+                tx.batch_execute(NOTIFY_OUTBOX).await?;
+            }
 
             let lost: Vec<&KeyWrite> = batch
                 .iter()
-                .filter(|w| !inserted.contains(&w.answer.transfer_id))
+                .filter(|w| !inserted.contains(&w.transfer.id))
                 .collect();
             let mut existing = HashMap::new();
             if !lost.is_empty() {
@@ -150,12 +242,13 @@ impl Store {
                     existing.insert(scope, answer);
                 }
             }
+            on_executed();
             tx.commit().await?;
 
             Ok(batch
                 .iter()
                 .map(|w| {
-                    if inserted.contains(&w.answer.transfer_id) {
+                    if inserted.contains(&w.transfer.id) {
                         return WriteOutcome::Inserted;
                     }
                     let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
@@ -173,7 +266,7 @@ impl Store {
         &self,
         client_id: ClientId,
         key: &IdempotencyKey,
-    ) -> Result<Option<StoredAnswer>, StoreError> {
+    ) -> Result<Option<LiveAnswer>, StoreError> {
         self.with_client(|client| async move {
             let select = client.prepare_cached(SELECT_EXISTING).await?;
             let rows = client
@@ -199,79 +292,82 @@ impl Store {
 
 fn answer_from_row(
     row: &tokio_postgres::Row,
-) -> Result<((ClientId, IdempotencyKey), StoredAnswer), StoreError> {
+) -> Result<((ClientId, IdempotencyKey), LiveAnswer), StoreError> {
     let fp: Vec<u8> = row.get(2);
     let status: i32 = row.get(4);
     let body: Vec<u8> = row.get(5);
+    let remaining_secs: f64 = row.get(6);
     let answer = StoredAnswer {
         fingerprint: Fingerprint::from_slice(&fp)
             .ok_or_else(|| StoreError::Corrupt("fingerprint length".into()))?,
         status: u16::try_from(status).map_err(|_| StoreError::Corrupt("status".into()))?,
         body: Bytes::from(body),
         transfer_id: row.get(3),
-        expires_at: row.get(6),
     };
+    let remaining = Duration::try_from_secs_f64(remaining_secs)
+        .map_err(|_| StoreError::Corrupt("expires_at".into()))?;
     let scope = (
         ClientId(row.get(0)),
         IdempotencyKey::from_trusted(row.get(1)),
     );
-    Ok((scope, answer))
+    Ok((scope, LiveAnswer { answer, remaining }))
 }
 
-/// The batch turned inside out: one array per column, for `UNNEST`.
-struct Columns {
+/// The batch turned inside out: one array per column, for `UNNEST`, in
+/// (client_id, key) order so that every flush takes its row locks in the
+/// same order as every other.
+struct Columns<'a> {
     transfer_id: Vec<Uuid>,
     client_id: Vec<Uuid>,
-    key: Vec<String>,
-    fingerprint: Vec<Vec<u8>>,
-    status: Vec<i32>,
-    body: Vec<Vec<u8>>,
+    key: Vec<&'a str>,
+    fingerprint: Vec<&'a [u8]>,
+    body: Vec<&'a [u8]>,
     created_at: Vec<DateTime<Utc>>,
-    expires_at: Vec<DateTime<Utc>>,
     amount: Vec<i64>,
     currency: Vec<&'static str>,
-    source: Vec<String>,
-    destination: Vec<String>,
-    description: Vec<Option<String>>,
+    source: Vec<&'a str>,
+    destination: Vec<&'a str>,
+    description: Vec<Option<&'a str>>,
     metadata: Vec<serde_json::Value>,
 }
 
-impl Columns {
-    fn of(batch: &[KeyWrite]) -> Self {
+impl<'a> Columns<'a> {
+    fn of(batch: &'a [KeyWrite]) -> Self {
+        let mut order: Vec<&KeyWrite> = batch.iter().collect();
+        order.sort_unstable_by(|a, b| {
+            (a.transfer.client_id.0, a.transfer.idempotency_key.as_str())
+                .cmp(&(b.transfer.client_id.0, b.transfer.idempotency_key.as_str()))
+        });
+        let n = batch.len();
         let mut c = Columns {
-            transfer_id: Vec::with_capacity(batch.len()),
-            client_id: Vec::with_capacity(batch.len()),
-            key: Vec::with_capacity(batch.len()),
-            fingerprint: Vec::with_capacity(batch.len()),
-            status: Vec::with_capacity(batch.len()),
-            body: Vec::with_capacity(batch.len()),
-            created_at: Vec::with_capacity(batch.len()),
-            expires_at: Vec::with_capacity(batch.len()),
-            amount: Vec::with_capacity(batch.len()),
-            currency: Vec::with_capacity(batch.len()),
-            source: Vec::with_capacity(batch.len()),
-            destination: Vec::with_capacity(batch.len()),
-            description: Vec::with_capacity(batch.len()),
-            metadata: Vec::with_capacity(batch.len()),
+            transfer_id: Vec::with_capacity(n),
+            client_id: Vec::with_capacity(n),
+            key: Vec::with_capacity(n),
+            fingerprint: Vec::with_capacity(n),
+            body: Vec::with_capacity(n),
+            created_at: Vec::with_capacity(n),
+            amount: Vec::with_capacity(n),
+            currency: Vec::with_capacity(n),
+            source: Vec::with_capacity(n),
+            destination: Vec::with_capacity(n),
+            description: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
         };
-        for w in batch {
+        for w in order {
             let t = &w.transfer;
             let r = &t.request;
             c.transfer_id.push(t.id);
             c.client_id.push(t.client_id.0);
-            c.key.push(t.idempotency_key.as_str().to_owned());
-            c.fingerprint.push(w.answer.fingerprint.0.to_vec());
-            c.status.push(i32::from(w.answer.status));
-            c.body.push(w.answer.body.to_vec());
+            c.key.push(t.idempotency_key.as_str());
+            c.fingerprint.push(&w.fingerprint.0);
+            c.body.push(&w.body);
             c.created_at.push(t.created_at);
-            c.expires_at.push(w.answer.expires_at);
             c.amount.push(r.amount.minor_units());
             c.currency.push(r.currency.code());
-            c.source.push(r.source_account.as_str().to_owned());
-            c.destination
-                .push(r.destination_account.as_str().to_owned());
+            c.source.push(r.source_account.as_str());
+            c.destination.push(r.destination_account.as_str());
             c.description
-                .push(r.description.as_ref().map(|d| d.as_str().to_owned()));
+                .push(r.description.as_ref().map(|d| d.as_str()));
             c.metadata
                 .push(serde_json::to_value(r.metadata.entries()).unwrap_or_default());
         }

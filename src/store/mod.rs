@@ -18,7 +18,9 @@ use tokio_postgres::NoTls;
 use crate::config::DatabaseConfig;
 
 pub use clients::{Revocation, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
-pub use keys::{KeyWrite, StoredAnswer, WriteOutcome};
+pub use keys::{
+    FlushLimits, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome, CREATED_STATUS,
+};
 pub use notify::Heard;
 pub use transfers::TransferPage;
 
@@ -44,6 +46,25 @@ pub enum StoreError {
     /// The connection settings are unusable.
     #[error("bad database configuration: {0}")]
     Config(String),
+}
+
+impl StoreError {
+    /// True when Postgres refused something about particular rows (a lock
+    /// held elsewhere past the lock timeout, a deadlock, a value or a
+    /// constraint it rejects) rather than failing as a whole: retrying a
+    /// smaller batch can then succeed for the rows that were not at fault.
+    pub fn is_row_specific(&self) -> bool {
+        let Self::Db(e) = self else { return false };
+        let Some(code) = e.code() else { return false };
+        let code = code.code();
+        code.starts_with("22") || code.starts_with("23") || code == "55P03" || code == "40P01"
+    }
+
+    /// True when a row lock held by another transaction outlasted the lock
+    /// timeout: the key is being written elsewhere right now.
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, Self::Db(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
+    }
 }
 
 /// The server's own message when there is one: the driver's `Display` says
@@ -75,9 +96,13 @@ impl Store {
             .map_err(|e| StoreError::Config(format!("{e}")))?;
         pg.connect_timeout(cfg.db_connect_timeout);
         pg.application_name("payrail");
-        // The server gives up too, so an abandoned statement does not hold locks.
+        // The server gives up too, so an abandoned statement does not hold
+        // locks; and a transaction whose process froze between two statements
+        // (SIGSTOP, a VM pause) is ended by Postgres, which frees its row locks
+        // for everyone else.
         pg.options(format!(
-            "-c statement_timeout={}",
+            "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            cfg.db_timeout.as_millis(),
             cfg.db_timeout.as_millis()
         ));
         let manager = Manager::from_config(

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Store, StoreError};
-use crate::domain::TransferStatus;
+use crate::domain::{ProviderText, TransferStatus};
 use crate::provider::Payout;
 
 /// The channel the shard flush notifies and the relay listens on.
@@ -20,34 +20,57 @@ pub const OUTBOX_CHANNEL: &str = "payrail_outbox";
 pub struct ClaimedRow {
     /// What to send.
     pub payout: Payout,
-    /// This claim's attempt number (1 for the first); also the fencing token.
+    /// This claim's number (1 for the first claim ever). It is the fencing
+    /// token: every claim raises it and nothing lowers it, so a holder whose
+    /// lease ran out can never match the row again.
     pub attempt: i32,
+    /// Claims counted against the current retry budget (`payrail outbox
+    /// retry` starts a new budget); the row is dead-lettered when this
+    /// reaches the attempt limit.
+    pub budget_used: i32,
+    /// Some earlier call's outcome is unknown: the payout may have executed.
+    pub ambiguous: bool,
 }
 
 /// How a provider call ended, as the outbox records it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
     /// Final: the transfer becomes `succeeded` or `failed`; the row is deleted.
     Final {
         /// `Succeeded` or `Failed`.
         status: TransferStatus,
         /// Provider reference, for `Succeeded`.
-        provider_reference: Option<String>,
+        provider_reference: Option<ProviderText>,
         /// Why, for `Failed`.
-        failure_reason: Option<String>,
+        failure_reason: Option<ProviderText>,
     },
     /// Try again after `delay`.
     Retry {
         /// Backoff before the row is due again.
         delay: Duration,
         /// What went wrong.
-        error: String,
+        error: ProviderText,
+        /// The call may have executed the payout.
+        ambiguous: bool,
     },
     /// Out of attempts: the transfer stays `pending` until an operator retries.
     Dead {
         /// What went wrong last.
-        error: String,
+        error: ProviderText,
+        /// The call may have executed the payout.
+        ambiguous: bool,
     },
+}
+
+/// What one settlement batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettleReport {
+    /// Per row, in the batch's order: false when the claim was fenced out
+    /// (another process took the row over after our lease ran out) and
+    /// nothing was written for it.
+    pub held: Vec<bool>,
+    /// Transfers whose status this batch changed from `pending` to final.
+    pub finalized: Vec<Uuid>,
 }
 
 /// An outbox row as `payrail outbox list` shows it.
@@ -91,10 +114,45 @@ WITH due AS (
 ), claimed AS (
     UPDATE outbox o SET locked_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
     FROM due WHERE o.transfer_id = due.transfer_id
-    RETURNING o.transfer_id, o.attempts
+    RETURNING o.transfer_id, o.attempts, o.attempts_base, o.ambiguous
 )
-SELECT c.transfer_id, c.attempts, t.amount, t.currency, t.source_account, t.destination_account
+SELECT c.transfer_id, c.attempts, t.amount, t.currency, t.source_account, t.destination_account,
+       c.attempts - c.attempts_base, c.ambiguous
 FROM claimed c JOIN transfers t ON t.id = c.transfer_id";
+
+/// Settles the final outcomes of a batch: deletes the rows still held under
+/// each claim's attempt (fencing), and gives their transfers the final
+/// status, only if still `pending`. Returns every row that was held, and
+/// whether its transfer changed.
+const SETTLE_FINAL: &str = "
+WITH i AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[])
+        AS i(id, attempt, status, reference, reason)
+), done AS (
+    DELETE FROM outbox o USING i WHERE o.transfer_id = i.id AND o.attempts = i.attempt
+    RETURNING o.transfer_id
+), changed AS (
+    UPDATE transfers t SET status = i.status, provider_reference = i.reference,
+                           failure_reason = i.reason, updated_at = now()
+    FROM i JOIN done ON done.transfer_id = i.id
+    WHERE t.id = i.id AND t.status = 'pending'
+    RETURNING t.id
+)
+SELECT done.transfer_id, changed.id IS NOT NULL FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
+
+/// Reschedules (or dead-letters) the rows of a batch still held under each
+/// claim's attempt. `ambiguous` only ever turns on.
+const SETTLE_RESCHEDULE: &str = "
+UPDATE outbox o SET
+    available_at = now() + make_interval(secs => i.delay),
+    locked_until = NULL,
+    last_error = i.error,
+    dead_at = CASE WHEN i.dead THEN now() END,
+    ambiguous = o.ambiguous OR i.ambiguous
+FROM UNNEST($1::uuid[], $2::int4[], $3::float8[], $4::text[], $5::bool[], $6::bool[])
+    AS i(id, attempt, delay, error, dead, ambiguous)
+WHERE o.transfer_id = i.id AND o.attempts = i.attempt
+RETURNING o.transfer_id";
 
 impl Store {
     /// Claims up to `limit` due rows for `lease`.
@@ -117,62 +175,86 @@ impl Store {
                         destination_account: r.get(5),
                     },
                     attempt: r.get(1),
+                    budget_used: r.get(6),
+                    ambiguous: r.get(7),
                 })
                 .collect())
         })
         .await
     }
 
-    /// Records how a claimed row's call ended, in one transaction with the
-    /// transfer's new status. False when the claim was fenced out (another
-    /// process took the row over after our lease ran out).
-    pub async fn settle_outbox(
+    /// Records how the calls of a batch of claimed rows ended, in one
+    /// transaction with their transfers' new statuses (at most two
+    /// statements, sent in one round trip). A row appears at most once.
+    pub async fn settle_outbox_batch(
         &self,
-        row: &ClaimedRow,
-        settlement: &Settlement,
-    ) -> Result<bool, StoreError> {
-        let id = row.payout.transfer_id;
-        let attempt = row.attempt;
+        batch: &[(ClaimedRow, Settlement)],
+    ) -> Result<SettleReport, StoreError> {
+        assert!(
+            !batch.is_empty(),
+            "a settlement batch settles at least one row"
+        );
+        let finals = FinalColumns::of(batch);
+        let later = RescheduleColumns::of(batch);
+        assert_eq!(finals.id.len() + later.id.len(), batch.len());
         self.with_client(|mut client| async move {
             let tx = client.transaction().await?;
-            let held = match settlement {
-                Settlement::Final { status, provider_reference, failure_reason } => {
-                    let delete = tx
-                        .prepare_cached("DELETE FROM outbox WHERE transfer_id = $1 AND attempts = $2")
-                        .await?;
-                    let held = tx.execute(&delete, &[&id, &attempt]).await? == 1;
-                    if held {
-                        let update = tx
-                            .prepare_cached(
-                                "UPDATE transfers SET status = $2, provider_reference = $3, failure_reason = $4, \
-                                 updated_at = now() WHERE id = $1 AND status = 'pending'",
-                            )
-                            .await?;
-                        tx.execute(&update, &[&id, &status.as_str(), provider_reference, failure_reason]).await?;
-                    }
-                    held
+            let final_stmt = tx.prepare_cached(SETTLE_FINAL).await?;
+            let later_stmt = tx.prepare_cached(SETTLE_RESCHEDULE).await?;
+            let finals_run = async {
+                if finals.id.is_empty() {
+                    return Ok(Vec::new());
                 }
-                Settlement::Retry { delay, error } => {
-                    let stmt = tx
-                        .prepare_cached(
-                            "UPDATE outbox SET available_at = now() + make_interval(secs => $3), \
-                             locked_until = NULL, last_error = $4 WHERE transfer_id = $1 AND attempts = $2",
-                        )
-                        .await?;
-                    tx.execute(&stmt, &[&id, &attempt, &delay.as_secs_f64(), error]).await? == 1
-                }
-                Settlement::Dead { error } => {
-                    let stmt = tx
-                        .prepare_cached(
-                            "UPDATE outbox SET dead_at = now(), locked_until = NULL, last_error = $3 \
-                             WHERE transfer_id = $1 AND attempts = $2",
-                        )
-                        .await?;
-                    tx.execute(&stmt, &[&id, &attempt, error]).await? == 1
-                }
+                tx.query(
+                    &final_stmt,
+                    &[
+                        &finals.id,
+                        &finals.attempt,
+                        &finals.status,
+                        &finals.reference,
+                        &finals.reason,
+                    ],
+                )
+                .await
             };
+            let later_run = async {
+                if later.id.is_empty() {
+                    return Ok(Vec::new());
+                }
+                tx.query(
+                    &later_stmt,
+                    &[
+                        &later.id,
+                        &later.attempt,
+                        &later.delay,
+                        &later.error,
+                        &later.dead,
+                        &later.ambiguous,
+                    ],
+                )
+                .await
+            };
+            let (done, rescheduled) = futures::join!(finals_run, later_run);
+            let (done, rescheduled) = (done?, rescheduled?);
             tx.commit().await?;
-            Ok(held)
+
+            let mut held = std::collections::HashSet::with_capacity(batch.len());
+            let mut finalized = Vec::new();
+            for row in &done {
+                let id: Uuid = row.get(0);
+                held.insert(id);
+                if row.get::<_, bool>(1) {
+                    finalized.push(id);
+                }
+            }
+            held.extend(rescheduled.iter().map(|r| r.get::<_, Uuid>(0)));
+            Ok(SettleReport {
+                held: batch
+                    .iter()
+                    .map(|(r, _)| held.contains(&r.payout.transfer_id))
+                    .collect(),
+                finalized,
+            })
         })
         .await
     }
@@ -207,12 +289,13 @@ impl Store {
     }
 
     /// Puts a dead row back in line with a fresh attempt budget; false when
-    /// no dead row has this id.
+    /// no dead row has this id. The claim counter (the fencing token) is not
+    /// lowered: a new budget starts from where it stands.
     pub async fn retry_outbox(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
         self.with_client(|client| async move {
             let n = client
                 .execute(
-                    "UPDATE outbox SET dead_at = NULL, attempts = 0, available_at = now(), locked_until = NULL \
+                    "UPDATE outbox SET dead_at = NULL, attempts_base = attempts, available_at = now(), locked_until = NULL \
                      WHERE transfer_id = $1 AND dead_at IS NOT NULL",
                     &[&transfer_id],
                 )
@@ -239,5 +322,74 @@ impl Store {
             Ok(OutboxStats { backlog: row.get(0), dead: row.get(1), oldest_due_age_secs: row.get(2) })
         })
         .await
+    }
+}
+
+/// The final settlements of a batch, one array per column.
+#[derive(Default)]
+struct FinalColumns<'a> {
+    id: Vec<Uuid>,
+    attempt: Vec<i32>,
+    status: Vec<&'static str>,
+    reference: Vec<Option<&'a str>>,
+    reason: Vec<Option<&'a str>>,
+}
+
+impl<'a> FinalColumns<'a> {
+    fn of(batch: &'a [(ClaimedRow, Settlement)]) -> Self {
+        let mut c = Self::default();
+        for (row, settlement) in batch {
+            if let Settlement::Final {
+                status,
+                provider_reference,
+                failure_reason,
+            } = settlement
+            {
+                assert!(status.is_final(), "a final settlement has a final status");
+                c.id.push(row.payout.transfer_id);
+                c.attempt.push(row.attempt);
+                c.status.push(status.as_str());
+                c.reference
+                    .push(provider_reference.as_ref().map(ProviderText::as_str));
+                c.reason
+                    .push(failure_reason.as_ref().map(ProviderText::as_str));
+            }
+        }
+        c
+    }
+}
+
+/// The retries and dead letters of a batch, one array per column.
+#[derive(Default)]
+struct RescheduleColumns<'a> {
+    id: Vec<Uuid>,
+    attempt: Vec<i32>,
+    delay: Vec<f64>,
+    error: Vec<&'a str>,
+    dead: Vec<bool>,
+    ambiguous: Vec<bool>,
+}
+
+impl<'a> RescheduleColumns<'a> {
+    fn of(batch: &'a [(ClaimedRow, Settlement)]) -> Self {
+        let mut c = Self::default();
+        for (row, settlement) in batch {
+            let (delay, error, dead, ambiguous) = match settlement {
+                Settlement::Final { .. } => continue,
+                Settlement::Retry {
+                    delay,
+                    error,
+                    ambiguous,
+                } => (delay.as_secs_f64(), error, false, *ambiguous),
+                Settlement::Dead { error, ambiguous } => (0.0, error, true, *ambiguous),
+            };
+            c.id.push(row.payout.transfer_id);
+            c.attempt.push(row.attempt);
+            c.delay.push(delay);
+            c.error.push(error.as_str());
+            c.dead.push(dead);
+            c.ambiguous.push(ambiguous);
+        }
+        c
     }
 }

@@ -1,9 +1,12 @@
--- The baseline of scripts/bench: what a straightforward service does for one
+-- Baseline (a) of scripts/bench: what a straightforward service does for one
 -- POST /transfers, one transaction per request: the same three rows payrail
--- writes (transfer, idempotency key, outbox) and the same notification, with
--- a response body of the size payrail stores. Run by pgbench with
--- -M prepared -D client=<client uuid> (variables are bind parameters, as
--- payrail's statements are).
+-- writes (transfer, idempotency key, outbox), with a response body of the
+-- size payrail stores. No NOTIFY: a naive service can poll its outbox, and a
+-- NOTIFY in every transaction would serialize the commits on Postgres's
+-- notification queue and make the baseline weaker than it needs to be
+-- (one_transfer_notify.sql is that variant, measured as an extra row). Run by
+-- pgbench with -M prepared -D client=<client uuid> (variables are bind
+-- parameters, as payrail's statements are).
 \set k random(1, 9000000000000000)
 SELECT gen_random_uuid() AS id, now() AS at \gset
 BEGIN;
@@ -15,5 +18,4 @@ VALUES (:client::uuid, 'pgbench-' || :k::text, sha256(('pgbench-' || :k::text)::
         convert_to(repeat('x', 380), 'UTF8'), :at::timestamptz, :at::timestamptz + interval '24 hours')
 ON CONFLICT (client_id, key) DO NOTHING;
 INSERT INTO outbox (transfer_id) VALUES (:id::uuid);
-SELECT pg_notify('payrail_outbox', '');
 COMMIT;

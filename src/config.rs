@@ -12,6 +12,9 @@ fn default_parallelism() -> usize {
         .unwrap_or(2)
 }
 
+/// Default of `--shards`, from the shard sweep of `scripts/bench`.
+pub const DEFAULT_SHARDS: usize = 1;
+
 /// Shortest `--key-retention`: a retry must find its key.
 pub const KEY_RETENTION_MIN: Duration = Duration::from_secs(1);
 /// Longest `--key-retention` (one year and a day).
@@ -47,8 +50,12 @@ pub struct ServeConfig {
     /// and transfers stay `pending`.
     #[arg(long, env = "PAYRAIL_PROVIDER_URL")]
     pub provider_url: Option<String>,
-    /// Key-shard actors, each on its own thread.
-    #[arg(long, env = "PAYRAIL_SHARDS", default_value_t = default_parallelism())]
+    /// Key-shard actors, each on its own thread. One is the measured best
+    /// on 2 cores (docs/BENCHMARKS.md): its flushes overlap each other (see
+    /// --shard-flushes) and it gets the largest batches; more shards run
+    /// more flushes at once, which contend in Postgres and cost more per
+    /// transfer.
+    #[arg(long, env = "PAYRAIL_SHARDS", default_value_t = DEFAULT_SHARDS)]
     pub shards: usize,
     /// HTTP worker threads.
     #[arg(long, env = "PAYRAIL_HTTP_WORKERS", default_value_t = default_parallelism())]

@@ -34,6 +34,8 @@ impl Application {
     /// `#[actix_web::test]` provide).
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
+        // Before any actor registers its metrics, so their handles are live.
+        let metrics = telemetry::metrics_handle();
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
 
@@ -121,7 +123,7 @@ impl Application {
             rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,
             body_read_timeout: config.client_request_timeout,
-            metrics: telemetry::metrics_handle(),
+            metrics,
         });
         let listener = TcpListener::bind(config.listen)?;
         let port = listener.local_addr()?.port();

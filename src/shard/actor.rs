@@ -36,6 +36,35 @@ struct Waiter {
 /// served: room for the two clocks to run at slightly different rates.
 const CACHE_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 
+/// The shard's metrics, registered once: a per-call `metrics::gauge!` with
+/// labels hashes its key and labels on every request.
+struct ShardMetrics {
+    queue_depth: metrics::Gauge,
+    cache_entries: metrics::Gauge,
+    batch_size: metrics::Histogram,
+    flush_seconds: metrics::Histogram,
+    cache_hits: metrics::Counter,
+    cache_misses: metrics::Counter,
+    flush_splits: metrics::Counter,
+    flush_failures: metrics::Counter,
+}
+
+impl ShardMetrics {
+    fn new(index: usize) -> Self {
+        let shard = index.to_string();
+        Self {
+            queue_depth: metrics::gauge!("payrail_shard_queue_depth", "shard" => shard.clone()),
+            cache_entries: metrics::gauge!("payrail_replay_cache_entries", "shard" => shard),
+            batch_size: metrics::histogram!("payrail_shard_batch_size"),
+            flush_seconds: metrics::histogram!("payrail_shard_flush_seconds"),
+            cache_hits: metrics::counter!("payrail_replay_cache_hits_total"),
+            cache_misses: metrics::counter!("payrail_replay_cache_misses_total"),
+            flush_splits: metrics::counter!("payrail_shard_flush_splits_total"),
+            flush_failures: metrics::counter!("payrail_shard_flush_failures_total"),
+        }
+    }
+}
+
 /// A key-shard actor: owns its queue, its waiters and its replay cache;
 /// nothing else touches them.
 ///
@@ -44,7 +73,7 @@ const CACHE_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 /// writes at once (and two flushes in flight never share a key).
 pub struct Shard {
     index: usize,
-    label: String,
+    metrics: ShardMetrics,
     store: Store,
     limits: ShardLimits,
     /// Where rows claimed by a flush go; `None` when this process has no relay.
@@ -81,7 +110,7 @@ impl Shard {
         assert!(limits.batch_size_max > 0 && limits.flushes_in_flight_max > 0);
         Self {
             index,
-            label: index.to_string(),
+            metrics: ShardMetrics::new(index),
             store,
             limits,
             handoff,
@@ -104,10 +133,8 @@ impl Shard {
     }
 
     fn report_depth(&self) {
-        metrics::gauge!("payrail_shard_queue_depth", "shard" => self.label.clone())
-            .set(self.held() as f64);
-        metrics::gauge!("payrail_replay_cache_entries", "shard" => self.label.clone())
-            .set(self.cache.len() as f64);
+        self.metrics.queue_depth.set(self.held() as f64);
+        self.metrics.cache_entries.set(self.cache.len() as f64);
     }
 
     /// Starts flushes while one may start: none is running its statements,
@@ -134,7 +161,7 @@ impl Shard {
         self.flushing += n;
         self.flushes += 1;
         self.executing = true;
-        metrics::histogram!("payrail_shard_batch_size").record(n as f64);
+        self.metrics.batch_size.record(n as f64);
         let (writes, replies): (Vec<KeyWrite>, Vec<_>) = batch
             .into_iter()
             .map(|s| (s.write, (s.reply, s.body)))
@@ -166,7 +193,9 @@ impl Shard {
             flush
                 .into_actor(self)
                 .map(move |(writes, result), shard, ctx| {
-                    metrics::histogram!("payrail_shard_flush_seconds")
+                    shard
+                        .metrics
+                        .flush_seconds
                         .record(started.elapsed().as_secs_f64());
                     shard.flushing -= n;
                     shard.flushes -= 1;
@@ -257,7 +286,7 @@ impl Shard {
         let n = writes.len();
         if n > 1 && error.is_row_specific() {
             tracing::debug!(shard = self.index, batch = n, error = %error, "flush refused; retrying it in halves");
-            metrics::counter!("payrail_shard_flush_splits_total").increment(1);
+            self.metrics.flush_splits.increment(1);
             let mut parts: Vec<Submit> = writes
                 .into_iter()
                 .zip(replies)
@@ -277,7 +306,7 @@ impl Shard {
             Verdict::Unavailable
         };
         tracing::warn!(shard = self.index, batch = n, error = %error, ?verdict, "flush failed");
-        metrics::counter!("payrail_shard_flush_failures_total").increment(1);
+        self.metrics.flush_failures.increment(1);
         for (write, (reply, _)) in writes.into_iter().zip(replies) {
             let _ = reply.send(verdict.clone());
             self.release(&scope_of(&write), None, verdict.clone());
@@ -353,11 +382,11 @@ impl Handler<Submit> for Shard {
         // The router looked before sending, but the key's flush may have
         // finished since.
         if let Some(cached) = self.cache.get(&scope, Instant::now()) {
-            metrics::counter!("payrail_replay_cache_hits_total").increment(1);
+            self.metrics.cache_hits.increment(1);
             let _ = msg.reply.send(cached.verdict(fingerprint));
             return;
         }
-        metrics::counter!("payrail_replay_cache_misses_total").increment(1);
+        self.metrics.cache_misses.increment(1);
         self.waiting.insert(scope, Vec::new());
         self.queue.push_back(msg);
         self.report_depth();

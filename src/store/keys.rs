@@ -1,8 +1,9 @@
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use super::{Store, StoreError};
@@ -328,7 +329,7 @@ struct Columns<'a> {
     source: Vec<&'a str>,
     destination: Vec<&'a str>,
     description: Vec<Option<&'a str>>,
-    metadata: Vec<serde_json::Value>,
+    metadata: Vec<Json<&'a BTreeMap<String, String>>>,
 }
 
 impl<'a> Columns<'a> {
@@ -368,8 +369,8 @@ impl<'a> Columns<'a> {
             c.destination.push(r.destination_account.as_str());
             c.description
                 .push(r.description.as_ref().map(|d| d.as_str()));
-            c.metadata
-                .push(serde_json::to_value(r.metadata.entries()).unwrap_or_default());
+            // Serialized straight into the wire format, no JSON tree between.
+            c.metadata.push(Json(r.metadata.entries()));
         }
         c
     }

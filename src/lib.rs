@@ -12,4 +12,5 @@ pub mod shard;
 pub mod sim;
 pub mod startup;
 pub mod store;
+pub mod sync;
 pub mod telemetry;

@@ -90,7 +90,7 @@ impl ReplayCache {
     fn lock(&self) -> MutexGuard<'_, LruCache<Scope, CachedAnswer>> {
         // Every critical section is a single map operation: a panic cannot
         // leave the map half-updated, so a poisoned lock is still sound.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.entries)
     }
 }
 

@@ -59,10 +59,7 @@ impl Faults {
         if p >= 1.0 {
             return true;
         }
-        self.rng
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .gen_bool(p)
+        crate::sync::lock(&self.rng).gen_bool(p)
     }
 
     /// Should this request be answered `503` without executing?
@@ -88,11 +85,7 @@ impl Faults {
         if !self.draw(self.decline_rate) {
             return None;
         }
-        let i = self
-            .rng
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .gen_range(0..RANDOM_DECLINE_REASONS.len());
+        let i = crate::sync::lock(&self.rng).gen_range(0..RANDOM_DECLINE_REASONS.len());
         Some(RANDOM_DECLINE_REASONS[i])
     }
 }

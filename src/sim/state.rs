@@ -57,7 +57,7 @@ impl SimState {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // No code path panics halfway through an update, so a poisoned lock still
         // guards consistent data; keep serving rather than cascade the panic.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     /// Counts one `POST /payouts`, before anything else can reject it.

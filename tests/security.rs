@@ -133,6 +133,24 @@ fn payrail(args: &[&str]) -> std::process::Output {
         .expect("payrail runs")
 }
 
+fn payrail_with_stdin(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_payrail"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("payrail runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[actix_web::test]
 async fn api_keys_never_reach_the_logs_and_a_revoked_key_is_refused_at_once() {
     let db = fresh_database().await;
@@ -170,8 +188,20 @@ async fn api_keys_never_reach_the_logs_and_a_revoked_key_is_refused_at_once() {
         StatusCode::UNAUTHORIZED
     );
 
-    let revoked = payrail(&["client", "revoke", &api_key, "--database-url", &db]);
-    assert!(revoked.status.success());
+    // The key never goes on a command line (process lists, shell history):
+    // as an argument it is refused, and the key keeps working.
+    let refused = payrail(&["client", "revoke", &api_key, "--database-url", &db]);
+    assert!(!refused.status.success());
+    assert_eq!(
+        post(&api_key).send().await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let revoked = payrail_with_stdin(
+        &["client", "revoke", "--database-url", &db],
+        &format!("{api_key}\n"),
+    );
+    assert!(revoked.status.success(), "{revoked:?}");
+    assert!(String::from_utf8_lossy(&revoked.stderr).contains("revoked"));
     let res = post(&api_key).send().await.unwrap();
     assert_eq!(
         res.status(),

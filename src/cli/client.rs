@@ -15,7 +15,8 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        ClientCommand::Revoke { api_key, database } => {
+        ClientCommand::Revoke { key_file, database } => {
+            let api_key = read_key(key_file.as_deref())?;
             let store = Store::connect(&database)?;
             let outcome = store
                 .revoke_api_key(&ApiKey::from_presented(&api_key).hash())
@@ -29,8 +30,37 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                      forget cached keys after --auth-cache-ttl",
                     outcome.confirmed, outcome.listeners
                 );
+            } else {
+                eprintln!(
+                    "revoked; all {} serve processes confirmed they refuse it",
+                    outcome.listeners
+                );
             }
             Ok(())
         }
     }
+}
+
+/// The key to revoke: the first line of `file`, or of standard input.
+fn read_key(file: Option<&std::path::Path>) -> anyhow::Result<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    match file {
+        Some(path) => {
+            let f = std::fs::File::open(path)
+                .map_err(|e| anyhow::anyhow!("cannot read --key-file {}: {e}", path.display()))?;
+            std::io::BufReader::new(f).read_line(&mut line)?;
+        }
+        None => {
+            if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                eprintln!("paste the API key to revoke, then press Enter:");
+            }
+            std::io::stdin().lock().read_line(&mut line)?;
+        }
+    }
+    let key = line.trim();
+    if key.is_empty() {
+        anyhow::bail!("no API key given: pipe it on standard input or name a file with --key-file");
+    }
+    Ok(key.to_owned())
 }

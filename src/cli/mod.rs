@@ -56,10 +56,14 @@ pub enum ClientCommand {
         #[command(flatten)]
         database: DatabaseConfig,
     },
-    /// Revokes an API key; it gets 401 at once.
+    /// Revokes an API key, read from standard input (its first line) or
+    /// from --key-file, never from the command line, where process lists
+    /// and shell history would keep it. Every serve process refuses it (401)
+    /// once this returns.
     Revoke {
-        /// The key to revoke.
-        api_key: String,
+        /// Read the key from this file (its first line) instead of standard input.
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
         #[command(flatten)]
         database: DatabaseConfig,
     },

@@ -29,6 +29,12 @@ pub struct DatabaseConfig {
     /// Most pooled Postgres connections per process.
     #[arg(long, env = "PAYRAIL_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,
+    /// Pooled Postgres connections per process for authenticating API keys
+    /// and answering `/readyz`, apart from the pool above: a flood of
+    /// unknown keys can exhaust only these, never the connections that
+    /// write transfers.
+    #[arg(long, env = "PAYRAIL_AUTH_DB_POOL_SIZE", default_value_t = 2)]
+    pub auth_db_pool_size: usize,
     /// Bound on one database operation (a flush, a read, a claim), including
     /// waiting for a pooled connection; past it the request answers 503.
     #[arg(long, env = "PAYRAIL_DB_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
@@ -102,6 +108,18 @@ pub struct ServeConfig {
     /// revocation's confirmation window.
     #[arg(long, env = "PAYRAIL_AUTH_CACHE_TTL", default_value = "60s", value_parser = humantime::parse_duration)]
     pub auth_cache_ttl: Duration,
+    /// Unknown API keys remembered as unknown, so a caller retrying a wrong
+    /// key costs no Postgres query each time.
+    #[arg(long, env = "PAYRAIL_AUTH_NEGATIVE_CACHE", default_value_t = 10_000)]
+    pub auth_negative_cache: usize,
+    /// How long an unknown key is remembered as unknown (0 turns it off).
+    /// Keys are random, so a new client's key is never one that was tried.
+    #[arg(long, env = "PAYRAIL_AUTH_NEGATIVE_CACHE_TTL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub auth_negative_cache_ttl: Duration,
+    /// How long a `/readyz` answer is reused, so a flood of probes costs
+    /// Postgres one query per interval.
+    #[arg(long, env = "PAYRAIL_READYZ_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub readyz_cache_ttl: Duration,
     /// Requests per second each client may make to `/transfers` (token
     /// bucket); past it `429 rate-limited` with `Retry-After`, so one client
     /// cannot starve the shards of the others.
@@ -176,7 +194,9 @@ impl ServeConfig {
             ("--max-batch", self.max_batch),
             ("--shard-queue", self.shard_queue),
             ("--replay-cache", self.replay_cache),
+            ("--auth-negative-cache", self.auth_negative_cache),
             ("--db-pool-size", self.database.db_pool_size),
+            ("--auth-db-pool-size", self.database.auth_db_pool_size),
             ("--relay-concurrency", self.relay.relay_concurrency),
             ("--relay-queue", self.relay.relay_queue),
             ("--relay-settle-batch", self.relay.relay_settle_batch),

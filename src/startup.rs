@@ -8,7 +8,7 @@ use actix::{Actor, Addr, Arbiter};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{middleware::from_fn, web, App, HttpServer};
 
-use crate::api::{self, AppState, AuthCache, ClientRateLimiter};
+use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
@@ -105,7 +105,12 @@ impl Application {
 
         // Revocations reach every process's cache over NOTIFY, and each
         // process confirms, so `client revoke` returns once none trusts the key.
-        let auth_cache = Arc::new(AuthCache::new(config.auth_cache, config.auth_cache_ttl));
+        let auth_cache = Arc::new(AuthCache::new(
+            config.auth_cache,
+            config.auth_cache_ttl,
+            config.auth_negative_cache,
+            config.auth_negative_cache_ttl,
+        ));
         let listener_cache = auth_cache.clone();
         let revocations = store.clone().listen_forever(
             REVOKED_CHANNEL,
@@ -123,6 +128,7 @@ impl Application {
             rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
             body_limit: config.body_limit,
             body_read_timeout: config.client_request_timeout,
+            readiness: ReadinessCache::new(config.readyz_cache_ttl),
             metrics,
         });
         let listener = TcpListener::bind(config.listen)?;

@@ -76,7 +76,19 @@ async fn postgres_down_means_503_with_retry_after_then_recovery_with_the_same_ke
         .await
         .unwrap();
     let db = fresh_database_on(&pg.cluster.url("postgres")).await;
-    let app = spawn_app_with(&db, &["--db-timeout", "2s", "--db-connect-timeout", "1s"]).await;
+    // Readiness answers are not reused here: the test asks right after each change.
+    let app = spawn_app_with(
+        &db,
+        &[
+            "--db-timeout",
+            "2s",
+            "--db-connect-timeout",
+            "1s",
+            "--readyz-cache-ttl",
+            "0s",
+        ],
+    )
+    .await;
     assert_eq!(
         app.post_transfer(&new_key(), &transfer_body())
             .await

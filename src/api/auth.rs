@@ -26,16 +26,24 @@ impl FromRequest for Caller {
                 _ => return Err(ApiError::Unauthorized),
             };
             let hash = key.hash();
-            let client = match state.auth_cache.get(&hash) {
+            let cache = &state.auth_cache;
+            let client = match cache.get(&hash) {
                 Some(client) => client,
+                None if cache.is_unknown(&hash) => return Err(ApiError::Unauthorized),
                 None => {
-                    let client = state
-                        .store
-                        .authenticate(&hash)
-                        .await?
-                        .ok_or(ApiError::Unauthorized)?;
-                    state.auth_cache.put(&hash, client);
-                    client
+                    let since = cache.generation();
+                    // On the authentication pool: a flood of unknown keys
+                    // never takes the connections that write transfers.
+                    match state.store.authenticate(&hash).await? {
+                        Some(client) => {
+                            cache.put(&hash, client, since);
+                            client
+                        }
+                        None => {
+                            cache.put_unknown(&hash);
+                            return Err(ApiError::Unauthorized);
+                        }
+                    }
                 }
             };
             state

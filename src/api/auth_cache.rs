@@ -6,11 +6,16 @@
 //! is trusted only while its revocation listener is connected (a process
 //! that cannot hear revocations asks Postgres every time), it is cleared
 //! whenever the listener (re)connects, and entries expire after a TTL in any
-//! case.
+//! case. A lookup that raced a revocation cannot put the key back: every
+//! eviction bumps a generation, and a key read from Postgres is cached only
+//! if no eviction happened since the lookup began.
+//!
+//! Unknown keys are remembered too, briefly, so that a caller retrying a
+//! wrong key does not cost a Postgres query each time.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -18,22 +23,66 @@ use lru::LruCache;
 use crate::domain::{ApiKeyHash, ClientId};
 use crate::store::Heard;
 
-/// Keys known valid, with when Postgres confirmed them.
+/// Keys known valid, with when Postgres confirmed them, and keys recently
+/// found unknown.
 pub struct AuthCache {
     entries: Mutex<LruCache<[u8; 32], (ClientId, Instant)>>,
     ttl: Duration,
+    unknown: Mutex<LruCache<[u8; 32], Instant>>,
+    unknown_ttl: Duration,
     /// The revocation listener is connected and LISTENing.
     listening: AtomicBool,
+    /// Bumped, under the `entries` lock, by everything that evicts.
+    generation: AtomicU64,
 }
 
+/// Where a lookup started: pass it back to [`AuthCache::put`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation(u64);
+
 impl AuthCache {
-    /// At most `capacity` keys, each trusted for `ttl` (zero disables it).
-    pub fn new(capacity: usize, ttl: Duration) -> Self {
-        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+    /// At most `capacity` keys, each trusted for `ttl` (zero disables it),
+    /// and at most `unknown_capacity` unknown keys, each remembered for
+    /// `unknown_ttl` (zero disables that).
+    pub fn new(
+        capacity: usize,
+        ttl: Duration,
+        unknown_capacity: usize,
+        unknown_ttl: Duration,
+    ) -> Self {
+        let bound = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
         Self {
-            entries: Mutex::new(LruCache::new(capacity)),
+            entries: Mutex::new(LruCache::new(bound(capacity))),
             ttl,
+            unknown: Mutex::new(LruCache::new(bound(unknown_capacity))),
+            unknown_ttl,
             listening: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Take this before asking Postgres about a key.
+    pub fn generation(&self) -> Generation {
+        Generation(self.generation.load(Ordering::Acquire))
+    }
+
+    /// True when Postgres said recently that no live key has this hash.
+    pub fn is_unknown(&self, hash: &ApiKeyHash) -> bool {
+        let mut unknown = crate::sync::lock(&self.unknown);
+        match unknown.get(&hash.0) {
+            Some(at) if at.elapsed() < self.unknown_ttl => true,
+            Some(_) => {
+                unknown.pop(&hash.0);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers that Postgres knows no live key with this hash.
+    pub fn put_unknown(&self, hash: &ApiKeyHash) {
+        if !self.unknown_ttl.is_zero() {
+            crate::sync::lock(&self.unknown).put(hash.0, Instant::now());
         }
     }
 
@@ -54,10 +103,16 @@ impl AuthCache {
         }
     }
 
-    /// Remembers a key that Postgres just confirmed.
-    pub fn put(&self, hash: &ApiKeyHash, client: ClientId) {
-        if !self.ttl.is_zero() {
-            self.lock().put(hash.0, (client, Instant::now()));
+    /// Remembers a key that Postgres confirmed in a lookup that began at
+    /// `since`, unless anything was evicted meanwhile: the confirmation may
+    /// then predate a revocation whose eviction already ran.
+    pub fn put(&self, hash: &ApiKeyHash, client: ClientId, since: Generation) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.lock();
+        if self.generation.load(Ordering::Acquire) == since.0 {
+            entries.put(hash.0, (client, Instant::now()));
         }
     }
 
@@ -67,31 +122,38 @@ impl AuthCache {
         match heard {
             // Revocations may have been missed while nobody listened.
             Heard::Listening => {
-                self.lock().clear();
+                self.evict(|e| e.clear());
                 self.listening.store(true, Ordering::Release);
             }
             Heard::Lost => {
                 self.listening.store(false, Ordering::Release);
-                self.lock().clear();
+                self.evict(|e| e.clear());
             }
             Heard::Notification(hex_hash) => {
                 match hex::decode(hex_hash)
                     .ok()
                     .and_then(|h| <[u8; 32]>::try_from(h).ok())
                 {
-                    Some(hash) => {
-                        self.lock().pop(&hash);
-                    }
-                    None => self.lock().clear(),
+                    Some(hash) => self.evict(|e| {
+                        e.pop(&hash);
+                    }),
+                    None => self.evict(|e| e.clear()),
                 }
             }
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], (ClientId, Instant)>> {
-        // Every critical section is a single map operation: a panic cannot
-        // leave the map half-updated, so a poisoned lock is still sound.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    /// Evicts under the lock and bumps the generation before releasing it,
+    /// so a `put` either runs before (and is evicted) or sees the new
+    /// generation (and caches nothing).
+    fn evict(&self, f: impl FnOnce(&mut LruCache<[u8; 32], (ClientId, Instant)>)) {
+        let mut entries = self.lock();
+        f(&mut entries);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LruCache<[u8; 32], (ClientId, Instant)>> {
+        crate::sync::lock(&self.entries)
     }
 }
 
@@ -103,7 +165,7 @@ mod tests {
     const HASH: ApiKeyHash = ApiKeyHash([1; 32]);
 
     fn listening_cache(ttl: Duration) -> AuthCache {
-        let cache = AuthCache::new(8, ttl);
+        let cache = AuthCache::new(8, ttl, 8, Duration::from_secs(5));
         cache.on_revocation(Heard::Listening);
         cache
     }
@@ -112,7 +174,7 @@ mod tests {
     fn a_revocation_evicts_the_key() {
         let cache = listening_cache(Duration::from_secs(60));
         let client = ClientId(Uuid::nil());
-        cache.put(&HASH, client);
+        cache.put(&HASH, client, cache.generation());
         assert_eq!(cache.get(&HASH), Some(client));
         cache.on_revocation(Heard::Notification(&hex::encode(HASH.0)));
         assert_eq!(cache.get(&HASH), None);
@@ -120,11 +182,11 @@ mod tests {
 
     #[test]
     fn nothing_is_trusted_while_revocations_cannot_be_heard() {
-        let cache = AuthCache::new(8, Duration::from_secs(60));
-        cache.put(&HASH, ClientId(Uuid::nil()));
+        let cache = AuthCache::new(8, Duration::from_secs(60), 8, Duration::ZERO);
+        cache.put(&HASH, ClientId(Uuid::nil()), cache.generation());
         assert_eq!(cache.get(&HASH), None, "not listening yet");
         cache.on_revocation(Heard::Listening);
-        cache.put(&HASH, ClientId(Uuid::nil()));
+        cache.put(&HASH, ClientId(Uuid::nil()), cache.generation());
         cache.on_revocation(Heard::Lost);
         assert_eq!(cache.get(&HASH), None, "listener lost");
         cache.on_revocation(Heard::Listening);
@@ -138,11 +200,40 @@ mod tests {
     #[test]
     fn entries_expire_and_a_zero_ttl_disables_the_cache() {
         let cache = listening_cache(Duration::from_millis(1));
-        cache.put(&HASH, ClientId(Uuid::nil()));
+        cache.put(&HASH, ClientId(Uuid::nil()), cache.generation());
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(cache.get(&HASH), None);
         let off = listening_cache(Duration::ZERO);
-        off.put(&HASH, ClientId(Uuid::nil()));
+        off.put(&HASH, ClientId(Uuid::nil()), off.generation());
         assert_eq!(off.get(&HASH), None);
+    }
+
+    #[test]
+    fn a_lookup_that_raced_a_revocation_cannot_cache_the_key() {
+        let cache = listening_cache(Duration::from_secs(60));
+        // The lookup starts and reads the key as valid from Postgres...
+        let since = cache.generation();
+        // ...the revocation commits and its eviction runs (nothing cached yet)...
+        cache.on_revocation(Heard::Notification(&hex::encode(HASH.0)));
+        // ...then the lookup's answer arrives: it must not be trusted later.
+        cache.put(&HASH, ClientId(Uuid::nil()), since);
+        assert_eq!(cache.get(&HASH), None);
+        // A lookup that began after the eviction caches as usual.
+        cache.put(&HASH, ClientId(Uuid::nil()), cache.generation());
+        assert!(cache.get(&HASH).is_some());
+    }
+
+    #[test]
+    fn unknown_keys_are_remembered_briefly_and_boundedly() {
+        let cache = AuthCache::new(8, Duration::from_secs(60), 2, Duration::from_millis(50));
+        let other = |i: u8| ApiKeyHash([i; 32]);
+        assert!(!cache.is_unknown(&HASH));
+        cache.put_unknown(&HASH);
+        assert!(cache.is_unknown(&HASH));
+        cache.put_unknown(&other(2));
+        cache.put_unknown(&other(3));
+        assert!(!cache.is_unknown(&HASH), "bounded: the oldest went");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!cache.is_unknown(&other(3)), "and only for a while");
     }
 }

@@ -23,6 +23,7 @@ use crate::store::Store;
 pub use auth::Caller;
 pub use auth_cache::AuthCache;
 pub use middleware::observe;
+pub use ops::ReadinessCache;
 pub use problem::ApiError;
 pub use rate_limit::ClientRateLimiter;
 
@@ -40,6 +41,8 @@ pub struct AppState {
     pub body_limit: usize,
     /// How long a client may take to send its body.
     pub body_read_timeout: Duration,
+    /// The last `/readyz` answer.
+    pub readiness: ReadinessCache,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
 }

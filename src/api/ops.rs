@@ -1,8 +1,41 @@
 //! Operational endpoints: liveness, readiness, metrics, the OpenAPI document.
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use actix_web::{web, HttpResponse};
 
 use super::{ApiError, AppState};
+use crate::store::Store;
+
+/// The last readiness answer, reused for `--readyz-cache-ttl`: load
+/// balancers and anyone else may probe `/readyz` as often as they like, and
+/// Postgres answers at most one probe per interval.
+pub struct ReadinessCache {
+    ttl: Duration,
+    last: Mutex<Option<(Instant, bool)>>,
+}
+
+impl ReadinessCache {
+    /// Reuses an answer for `ttl` (zero: ask every time).
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            last: Mutex::new(None),
+        }
+    }
+
+    async fn is_ready(&self, store: &Store) -> bool {
+        if let Some((at, ready)) = *crate::sync::lock(&self.last) {
+            if at.elapsed() < self.ttl {
+                return ready;
+            }
+        }
+        let ready = store.is_ready().await;
+        *crate::sync::lock(&self.last) = Some((Instant::now(), ready));
+        ready
+    }
+}
 
 /// 200 while the process runs.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses(
@@ -19,7 +52,7 @@ pub async fn healthz() -> HttpResponse {
         headers(("Retry-After" = u32, description = "Seconds to wait before asking again"))),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if state.store.is_ready().await {
+    if state.readiness.is_ready(&state.store).await {
         Ok(HttpResponse::Ok().json(serde_json::json!({"status": "ready"})))
     } else {
         Err(ApiError::Unavailable)

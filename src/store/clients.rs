@@ -37,7 +37,7 @@ impl Store {
 
     /// The client owning an unrevoked key with this hash.
     pub async fn authenticate(&self, hash: &ApiKeyHash) -> Result<Option<ClientId>, StoreError> {
-        self.with_client(|client| async move {
+        self.with_auth_client(|client| async move {
             let stmt = client
                 .prepare_cached(
                     "SELECT client_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",

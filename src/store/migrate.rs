@@ -29,7 +29,7 @@ impl Store {
             .iter()
             .map(|m| m.version())
             .max();
-        self.with_client(|client| async move {
+        self.with_auth_client(|client| async move {
             let row = client
                 .query_opt("SELECT MAX(version) FROM refinery_schema_history", &[])
                 .await?;

@@ -81,6 +81,10 @@ fn db_detail(e: &tokio_postgres::Error) -> String {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// A small pool of its own for who-is-calling lookups and readiness, so
+    /// that a flood of unknown API keys (or of `/readyz`) can exhaust only
+    /// it, never the connections that write transfers.
+    auth_pool: Pool,
     /// For the relay's LISTEN connection, which must not come from the pool.
     pg_config: tokio_postgres::Config,
     op_timeout: Duration,
@@ -105,23 +109,26 @@ impl Store {
             cfg.db_timeout.as_millis(),
             cfg.db_timeout.as_millis()
         ));
-        let manager = Manager::from_config(
-            pg.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(cfg.db_pool_size)
-            .wait_timeout(Some(cfg.db_timeout))
-            .create_timeout(Some(cfg.db_connect_timeout))
-            .recycle_timeout(Some(cfg.db_connect_timeout))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| StoreError::Config(e.to_string()))?;
+        let build = |size: usize| {
+            let manager = Manager::from_config(
+                pg.clone(),
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .wait_timeout(Some(cfg.db_timeout))
+                .create_timeout(Some(cfg.db_connect_timeout))
+                .recycle_timeout(Some(cfg.db_connect_timeout))
+                .runtime(Runtime::Tokio1)
+                .build()
+                .map_err(|e| StoreError::Config(e.to_string()))
+        };
         Ok(Self {
-            pool,
+            pool: build(cfg.db_pool_size)?,
+            auth_pool: build(cfg.auth_db_pool_size)?,
             pg_config: pg,
             op_timeout: cfg.db_timeout,
         })
@@ -135,6 +142,21 @@ impl Store {
     {
         let run = async {
             let client = self.pool.get().await?;
+            op(client).await
+        };
+        tokio::time::timeout(self.op_timeout, run)
+            .await
+            .map_err(|_| StoreError::Timeout(self.op_timeout))?
+    }
+
+    /// Like `with_client`, on the authentication pool.
+    async fn with_auth_client<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Object) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let run = async {
+            let client = self.auth_pool.get().await?;
             op(client).await
         };
         tokio::time::timeout(self.op_timeout, run)

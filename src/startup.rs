@@ -34,6 +34,9 @@ impl Application {
     /// `#[actix_web::test]` provide).
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
+        // First, so that a busy port is said plainly before anything starts.
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|e| bind_error(e, config.listen, "--listen", "PAYRAIL_LISTEN"))?;
         // Before any actor registers its metrics, so their handles are live.
         let metrics = telemetry::metrics_handle();
         let store = Store::connect(&config.database)?;
@@ -131,7 +134,6 @@ impl Application {
             readiness: ReadinessCache::new(config.readyz_cache_ttl),
             metrics,
         });
-        let listener = TcpListener::bind(config.listen)?;
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
             App::new()
@@ -142,7 +144,9 @@ impl Application {
         .workers(config.http_workers)
         .max_connections(config.max_connections)
         .client_request_timeout(config.client_request_timeout)
-        // SIGINT/SIGTERM stop the server gracefully; in-flight flushes finish.
+        // Signals are the command line's to handle (`cli::signals`): every
+        // one of them stops gracefully, so in-flight flushes finish.
+        .disable_signals()
         .shutdown_timeout(5)
         .listen(listener)?
         .run();
@@ -192,5 +196,19 @@ impl Drop for Application {
         for arbiter in &self.arbiters {
             arbiter.stop();
         }
+    }
+}
+
+/// "Address already in use", with the address and the flag that changes it.
+pub fn bind_error(
+    e: std::io::Error,
+    addr: std::net::SocketAddr,
+    flag: &str,
+    env: &str,
+) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        anyhow::anyhow!("cannot listen on {addr}: the address is in use by another program; choose another with {flag} (or {env})")
+    } else {
+        anyhow::anyhow!("cannot listen on {addr} ({flag}): {e}")
     }
 }

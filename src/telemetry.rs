@@ -16,11 +16,14 @@ const BATCH_BUCKETS: &[f64] = &[
 /// Always appended to the filter: the Postgres driver logs every statement's
 /// parameters at debug level, and those include API key hashes, account ids
 /// and amounts. No `RUST_LOG` may turn that on.
-const QUIET_DRIVER: &str = "tokio_postgres::query=info";
+/// The connection's NOTICEs ("relation … already exists, skipping") are
+/// Postgres chatting about idempotent DDL, not news.
+const QUIET_DRIVER: &str = "tokio_postgres::query=info,tokio_postgres::connection=warn";
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`). Safe to call twice.
-pub fn init_logging() {
-    let wanted = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+/// Logs to stderr, filtered by `RUST_LOG` (default `default_level`). Safe to
+/// call twice.
+pub fn init_logging(default_level: &str) {
+    let wanted = std::env::var("RUST_LOG").unwrap_or_else(|_| default_level.into());
     let filter = tracing_subscriber::EnvFilter::try_new(format!("{wanted},{QUIET_DRIVER}"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_DRIVER}")));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -50,7 +53,106 @@ pub fn metrics_handle() -> PrometheusHandle {
             let handle = recorder.handle();
             // Fails only if another recorder is installed; then ours stays local.
             let _ = metrics::set_global_recorder(recorder);
+            describe_metrics();
             handle
         })
         .clone()
+}
+
+/// Every metric with its `# HELP` line and unit. A test checks that each
+/// metric `/metrics` shows has one, so a new metric cannot go undescribed.
+fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        "payrail_http_requests_total",
+        "HTTP requests answered, by route pattern, method and status (unknown ones are 'other')"
+    );
+    describe_histogram!(
+        "payrail_http_request_duration_seconds",
+        Unit::Seconds,
+        "Time to answer an HTTP request, by route pattern and method"
+    );
+    describe_gauge!(
+        "payrail_shard_queue_depth",
+        "Attempts a key-shard holds: queued for a flush, in one, or waiting on their key's write"
+    );
+    describe_gauge!(
+        "payrail_replay_cache_entries",
+        "Committed answers in a shard's replay cache"
+    );
+    describe_counter!(
+        "payrail_replay_cache_hits_total",
+        "Attempts answered from a replay cache, without Postgres"
+    );
+    describe_counter!(
+        "payrail_replay_cache_misses_total",
+        "Attempts of keys not in the replay cache, queued for a flush"
+    );
+    describe_histogram!(
+        "payrail_shard_batch_size",
+        "Attempts written per flush (one transaction)"
+    );
+    describe_histogram!(
+        "payrail_shard_flush_seconds",
+        Unit::Seconds,
+        "Duration of a flush, from its start to its commit"
+    );
+    describe_counter!(
+        "payrail_shard_flush_splits_total",
+        "Flushes Postgres refused for particular rows, retried in halves"
+    );
+    describe_counter!(
+        "payrail_shard_flush_failures_total",
+        "Flushes that failed, answering their attempts 409 or 503"
+    );
+    describe_gauge!(
+        "payrail_outbox_backlog",
+        "Outbox rows not yet settled and not dead-lettered (all processes)"
+    );
+    describe_gauge!(
+        "payrail_outbox_dead",
+        "Dead-lettered outbox rows, waiting for `payrail outbox retry`"
+    );
+    describe_gauge!(
+        "payrail_outbox_oldest_due_age_seconds",
+        Unit::Seconds,
+        "Age of the oldest outbox row that is due now"
+    );
+    describe_gauge!("payrail_relay_held_rows", "Outbox rows this process's relay holds: waiting for a call, in a call, or waiting for settlement");
+    describe_counter!(
+        "payrail_relay_handed_off_total",
+        "Outbox rows handed from a flush to this process's relay in memory"
+    );
+    describe_counter!(
+        "payrail_relay_claims_expired_total",
+        "Claimed rows left to their lease because they were too old to call safely"
+    );
+    describe_histogram!("payrail_relay_claim_size", "Rows per outbox claim");
+    describe_histogram!(
+        "payrail_relay_settle_batch_size",
+        "Provider outcomes settled per transaction"
+    );
+    describe_histogram!(
+        "payrail_relay_settle_seconds",
+        Unit::Seconds,
+        "Duration of a settlement batch"
+    );
+    describe_counter!("payrail_relay_settle_failures_total", "Outcomes Postgres refused to settle even alone (rescheduled, counted against the attempt limit)");
+    describe_counter!(
+        "payrail_provider_calls_total",
+        "Provider calls, by outcome (succeeded, declined, transient, permanent)"
+    );
+    describe_histogram!(
+        "payrail_provider_call_seconds",
+        Unit::Seconds,
+        "Duration of a provider call"
+    );
+    describe_counter!(
+        "payrail_provider_lookups_total",
+        "GET /payouts/{id} lookups made to reconcile an ambiguous payout"
+    );
+    describe_counter!(
+        "payrail_reaped_keys_total",
+        "Expired idempotency keys deleted by the reaper"
+    );
 }

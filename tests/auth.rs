@@ -1,4 +1,4 @@
-//! SPEC §2: authentication and tenancy.
+//! authentication and tenancy.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! SPEC §3: `POST /transfers`, its outcome table and its body rules.
+//! `POST /transfers`, its outcome table and its body rules.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! SPEC §4: reading transfers, keyset pagination.
+//! reading transfers, keyset pagination.
 
 mod common;
 

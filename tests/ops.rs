@@ -1,4 +1,4 @@
-//! SPEC §9: health, readiness, metrics and the OpenAPI document.
+//! health, readiness, metrics and the OpenAPI document.
 
 mod common;
 
@@ -49,6 +49,20 @@ async fn metrics_count_requests_batches_and_cache_hits() {
         "payrail_replay_cache_hits_total",
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
+    }
+    // Every metric says what it measures.
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(typed.len() >= 5, "{text}");
+    for name in typed {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "no # HELP line for {name}"
+        );
     }
 }
 

@@ -1,4 +1,4 @@
-//! provider-sim and HttpProvider against each other over real HTTP (SPEC §6, §7).
+//! provider-sim and HttpProvider against each other over real HTTP (docs/ARCHITECTURE.md).
 
 use std::time::Duration;
 

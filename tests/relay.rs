@@ -1,4 +1,4 @@
-//! SPEC §6: the outbox relay against provider-sim over real HTTP.
+//! the outbox relay against provider-sim over real HTTP.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! SPEC §2 and §5 under pressure: per-client rate limits, tenant isolation
+//! Authentication and errors under pressure: per-client rate limits, tenant isolation
 //! while two clients hammer the same keys, and API keys that never reach
 //! the logs (checked on a real `payrail serve` process and the real CLI).
 

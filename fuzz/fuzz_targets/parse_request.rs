@@ -1,6 +1,6 @@
 //! The request-parsing entry point of `POST /transfers`, as the handler runs
 //! it: the `Idempotency-Key` header value, then the body (JSON, duplicate
-//! keys, SPEC §3's field rules), then the fingerprint. Input: the header
+//! keys, docs/API.md's field rules), then the fingerprint. Input: the header
 //! value, a newline, the body. Any input must end in a value or a 4xx
 //! problem; a panic or a 5xx is a bug.
 #![no_main]

@@ -10,7 +10,7 @@ use clap::{ArgGroup, Parser};
 use reqwest::Url;
 
 /// Drives `POST /transfers` like a fleet of retrying mobile apps, then reads
-/// everything back and checks payrail's invariants (SPEC §8).
+/// everything back and checks payrail's invariants (the README's load-testing section).
 ///
 /// Only loopback addresses are ever contacted, and every phase is bounded in
 /// count and time, so a run always ends by itself. Exit status: 0 when every
@@ -206,7 +206,7 @@ impl Args {
     }
 }
 
-/// The scenarios of SPEC §8, one per intent.
+/// The scenarios of the README's load-testing section, one per intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Scenario {
     /// One key, one request, retried with the same key until answered.

@@ -1,5 +1,5 @@
 //! The HTTP side: payrail's `/transfers` and provider-sim's `/stats` and
-//! `/payouts/{id}`, read the way SPEC §3, §4 and §7 describe them (the wire
+//! `/payouts/{id}`, read the way docs/API.md and provider-sim describe them (the wire
 //! types are the load test's own, so a server drifting from the contract is
 //! noticed rather than agreed with).
 
@@ -98,7 +98,7 @@ impl TransferBody {
     }
 }
 
-/// A transfer as payrail represents it (SPEC §3); unknown fields are ignored.
+/// A transfer as payrail represents it (docs/API.md); unknown fields are ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Transfer {
     /// Transfer id.
@@ -286,7 +286,7 @@ const READ_THROTTLED_ATTEMPTS: u32 = 20;
 /// Longest wait honoured between throttled reads.
 const READ_THROTTLED_WAIT_MAX: Duration = Duration::from_secs(2);
 
-/// provider-sim's `GET /stats` (SPEC §7); extra counters are ignored.
+/// provider-sim's `GET /stats` (the README's provider-sim section); extra counters are ignored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimStats {
     /// Every `POST /payouts` received.

@@ -1,5 +1,5 @@
 //! `payrail-loadtest`: drives `POST /transfers` like a fleet of retrying
-//! mobile apps and then checks payrail's invariants (SPEC §8).
+//! mobile apps and then checks payrail's invariants (the README's load-testing section).
 //!
 //! Exit status: 0 when every invariant held, 1 when one broke (or the run hit
 //! its hard deadline), 2 when the flags were wrong or the run could not start.

@@ -356,7 +356,7 @@ fn backoff(attempt: u32) -> Duration {
     full.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
 }
 
-/// The problem type a retryable status must carry (SPEC §3, §5).
+/// The problem type a retryable status must carry (docs/API.md).
 fn retryable_types(status: u16) -> Option<&'static [&'static str]> {
     match status {
         409 => Some(&["/problems/request-in-progress"]),

@@ -77,7 +77,7 @@ async fn read_body(
     Ok(body.freeze())
 }
 
-/// JSON (an object repeating a key is malformed), then SPEC §3's field rules.
+/// JSON (an object repeating a key is malformed), then docs/API.md's field rules.
 pub fn parse_transfer(body: &[u8]) -> Result<NewTransfer, ApiError> {
     let StrictValue(value) =
         serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
@@ -104,7 +104,7 @@ mod properties {
     use super::*;
     use crate::domain::Fingerprint;
 
-    /// A valid account id (SPEC §3: 1–64 of `[A-Za-z0-9_.:-]`).
+    /// A valid account id (docs/API.md: 1–64 of `[A-Za-z0-9_.:-]`).
     fn account() -> impl Strategy<Value = String> {
         "[A-Za-z0-9_.:-]{1,64}"
     }

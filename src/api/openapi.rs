@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::domain::{Currency, FieldError, TransferStatus, TransferView};
 
-/// `Idempotency-Key` as the server accepts it (SPEC §3): either bare, 1-255
+/// `Idempotency-Key` as the server accepts it (docs/API.md): either bare, 1-255
 /// visible ASCII characters not starting with `"`, or the quoted Structured
 /// Field form, whose content (after `\"` and `\\` are unescaped) is 1-255
 /// visible ASCII characters.

@@ -89,7 +89,7 @@ pub struct Problem {
 }
 
 impl ApiError {
-    /// The problem type's slug, as listed in SPEC §5.
+    /// The problem type's slug, as listed in docs/API.md.
     pub fn slug(&self) -> &'static str {
         match self {
             Self::Unauthorized => "unauthorized",

@@ -5,7 +5,7 @@ use crate::store::Store;
 pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
     match cmd {
         ClientCommand::Create { name, database } => {
-            let store = Store::connect(&database)?;
+            let store = Store::connect(&database.resolve()?)?;
             store.migrate().await?;
             let (id, key) = store.create_client(&name).await?;
             // The one place an API key is ever shown: to its owner, once.
@@ -17,7 +17,7 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         }
         ClientCommand::Revoke { key_file, database } => {
             let api_key = read_key(key_file.as_deref())?;
-            let store = Store::connect(&database)?;
+            let store = Store::connect(&database.resolve()?)?;
             let outcome = store
                 .revoke_api_key(&ApiKey::from_presented(&api_key).hash())
                 .await?;

@@ -1,19 +1,23 @@
 //! `payrail dev`: the whole engine on one machine, for a first look.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use super::dev_state::{self, DevState};
+use super::signals;
+use crate::domain::{ApiKey, ClientId};
 use crate::pgcluster::{PgCluster, StopMode};
 use crate::sim::SimArgs;
 use crate::startup::Application;
+use crate::store::Store;
 
 /// Flags of `payrail dev`.
 #[derive(Debug, Args)]
 pub struct DevArgs {
-    /// Where the private Postgres cluster keeps its data (kept across runs).
-    /// Ignored when DATABASE_URL is set.
+    /// Where the private Postgres cluster and the demo client are kept
+    /// across runs.
     #[arg(long, env = "PAYRAIL_DEV_DATA_DIR", default_value = ".payrail-dev")]
     pub data_dir: PathBuf,
     /// Use this Postgres instead of a private cluster.
@@ -23,35 +27,59 @@ pub struct DevArgs {
     #[arg(long, env = "PAYRAIL_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Address of provider-sim.
-    #[arg(long, default_value = "127.0.0.1:9090")]
+    #[arg(long, env = "PAYRAIL_SIM_LISTEN", default_value = "127.0.0.1:9090")]
     pub sim_listen: SocketAddr,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    if let Some(other) = dev_state::running(&args.data_dir) {
+        anyhow::bail!(
+            "payrail dev is already running from {} (pid {}), API at {}; stop it first \
+             (Ctrl-C in its terminal, or `kill {}`)",
+            args.data_dir.display(),
+            other.pid.unwrap_or_default(),
+            other.api_url,
+            other.pid.unwrap_or_default()
+        );
+    }
     let cluster = match &args.database_url {
         Some(_) => None,
-        None => {
-            let data_dir = args.data_dir.clone();
-            let cluster = tokio::task::spawn_blocking(move || -> anyhow::Result<PgCluster> {
-                let cluster = PgCluster::init(&data_dir, 0, true)?;
-                cluster.start()?;
-                Ok(cluster)
-            })
-            .await??;
-            eprintln!(
-                "postgres: private cluster in {} on port {}",
-                args.data_dir.display(),
-                cluster.port()
-            );
-            Some(cluster)
-        }
+        None => Some(start_cluster(args.data_dir.clone()).await?),
     };
     let result = serve(&args, cluster.as_ref()).await;
     if let Some(cluster) = cluster {
         eprintln!("postgres: stopping");
         tokio::task::spawn_blocking(move || cluster.stop(StopMode::Fast)).await??;
     }
+    // Not running any more; the demo client stays for the next run.
+    if let Some(mut state) = dev_state::load(&args.data_dir) {
+        state.pid = None;
+        let _ = dev_state::save(&args.data_dir, &state);
+    }
     result
+}
+
+/// Starts the private cluster, first stopping one that an earlier
+/// `payrail dev` left running (its terminal was closed, it was killed).
+async fn start_cluster(data_dir: PathBuf) -> anyhow::Result<PgCluster> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<PgCluster> {
+        let cluster = PgCluster::init(&data_dir, 0, true)?;
+        if let Some(pid) = dev_state::postmaster(&data_dir) {
+            eprintln!(
+                "postgres: a server left running in {} by an earlier payrail dev (pid {pid}); stopping it",
+                data_dir.display()
+            );
+            cluster.stop(StopMode::Fast)?;
+        }
+        cluster.start()?;
+        eprintln!(
+            "postgres: private cluster in {} on port {}",
+            data_dir.display(),
+            cluster.port()
+        );
+        Ok(cluster)
+    })
+    .await?
 }
 
 async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()> {
@@ -63,7 +91,11 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
         }
         (None, None) => anyhow::bail!("no database"),
     };
-    let sim = crate::sim::start(sim_args(args.sim_listen)).await?;
+    let sim = crate::sim::start(sim_args(args.sim_listen))
+        .await
+        .map_err(|e| {
+            crate::startup::bind_error(e, args.sim_listen, "--sim-listen", "PAYRAIL_SIM_LISTEN")
+        })?;
     let listen = args.listen.to_string();
     let config = crate::cli::serve_config([
         "--database-url",
@@ -74,10 +106,49 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
         &sim.url(),
     ])?;
     let app = Application::build(config).await?;
-    let (_, key) = app.store().create_client("demo").await?;
-    print_welcome(app.port(), &sim.url(), key.expose_secret());
+    let api_url = format!("http://127.0.0.1:{}", app.port());
+    let (client, api_key) = demo_client(app.store(), &args.data_dir).await?;
+    dev_state::save(
+        &args.data_dir,
+        &DevState {
+            pid: Some(std::process::id()),
+            database_url: database_url.clone(),
+            api_url: api_url.clone(),
+            demo_client_id: Some(client.0),
+            demo_api_key: Some(api_key.clone()),
+        },
+    )?;
+    print_welcome(
+        &api_url,
+        &sim.url(),
+        &api_key,
+        &database_url,
+        &args.data_dir,
+    );
+    signals::stop_gracefully_on_signals(app.handle(), || {});
     app.run_until_stopped().await?;
+    sim.stop().await?;
     Ok(())
+}
+
+/// The demo client of an earlier run while its key still works, else a new one.
+async fn demo_client(store: &Store, data_dir: &Path) -> anyhow::Result<(ClientId, String)> {
+    if let Some(DevState {
+        demo_client_id: Some(id),
+        demo_api_key: Some(key),
+        ..
+    }) = dev_state::load(data_dir)
+    {
+        if store
+            .authenticate(&ApiKey::from_presented(&key).hash())
+            .await?
+            == Some(ClientId(id))
+        {
+            return Ok((ClientId(id), key));
+        }
+    }
+    let (id, key) = store.create_client("demo").await?;
+    Ok((id, key.expose_secret().to_owned()))
 }
 
 fn sim_args(listen: SocketAddr) -> SimArgs {
@@ -105,12 +176,15 @@ async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_welcome(port: u16, sim_url: &str, api_key: &str) {
-    let base = format!("http://127.0.0.1:{port}");
+fn print_welcome(base: &str, sim_url: &str, api_key: &str, database_url: &str, data_dir: &Path) {
     println!(
         "\npayrail dev is running (Ctrl-C stops everything)\n\
-         \n  API:          {base}\n  provider-sim: {sim_url}\n  demo API key: {api_key}\n\
+         \n  API:           {base}\n  provider-sim:  {sim_url}   (watch it: curl {sim_url}/stats)\n  \
+         database:      {database_url}\n  demo API key:  {api_key}   (kept in {dir}.json for the next run)\n\
+         \nAdmin commands run from this folder use this database by themselves; elsewhere:\n\
+         \n  export DATABASE_URL={database_url}\n\
          \nCreate a transfer (run it twice: the second answer is the replay):\n\
-         \n  curl -i {base}/transfers \\\n    -H 'Authorization: Bearer {api_key}' \\\n    -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: 5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11' \\\n    -d '{{\"amount\": 1500, \"currency\": \"USD\", \"source_account\": \"acc_alice\", \"destination_account\": \"acc_bob\"}}'\n"
+         \n  curl -i {base}/transfers \\\n    -H 'Authorization: Bearer {api_key}' \\\n    -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: 5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11' \\\n    -d '{{\"amount\": 1500, \"currency\": \"USD\", \"source_account\": \"acc_alice\", \"destination_account\": \"acc_bob\"}}'\n",
+        dir = data_dir.display()
     );
 }

@@ -1,13 +1,18 @@
-//! The `payrail` command line: one subcommand per part of SPEC §1.
+//! The `payrail` command line: one subcommand per part of the engine.
 
+mod admin_db;
 mod client;
 mod dev;
+mod dev_state;
 mod outbox;
+mod signals;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
-use crate::config::{DatabaseConfig, ServeConfig};
+use crate::config::ServeConfig;
 use crate::sim::SimArgs;
+
+pub use admin_db::AdminDatabase;
 
 /// payrail: one payment intent, one transfer, one provider execution.
 #[derive(Debug, Parser)]
@@ -24,25 +29,43 @@ pub enum Command {
     /// Runs the HTTP API, key-shard actors, outbox relay and reaper.
     Serve(Box<ServeConfig>),
     /// Applies pending database migrations and exits.
-    Migrate(DatabaseArgs),
+    Migrate(AdminDatabase),
     /// Manages clients (tenants) and their API keys.
     #[command(subcommand)]
     Client(ClientCommand),
     /// Inspects and retries outbox rows.
     #[command(subcommand)]
     Outbox(OutboxCommand),
-    /// Runs the provider simulator (SPEC §7).
+    /// Runs provider-sim, a stand-in payment provider with fault injection.
     ProviderSim(SimArgs),
     /// Runs everything on this machine for a newcomer: a private Postgres,
     /// provider-sim, migrations, a demo client and `serve` on 127.0.0.1:8080.
     Dev(dev::DevArgs),
 }
 
-/// Just the database connection.
-#[derive(Debug, Args)]
-pub struct DatabaseArgs {
-    #[command(flatten)]
-    pub database: DatabaseConfig,
+impl Command {
+    /// Serves until stopped (and logs at `info`), rather than doing one job.
+    pub fn is_long_running(&self) -> bool {
+        matches!(self, Self::Serve(_) | Self::ProviderSim(_) | Self::Dev(_))
+    }
+}
+
+/// An error and its causes in one line, each said once: layers that repeat
+/// their cause in their own message (the pool, the driver) would otherwise
+/// print it two or three times.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// `payrail client …`
@@ -54,7 +77,7 @@ pub enum ClientCommand {
         #[arg(long)]
         name: String,
         #[command(flatten)]
-        database: DatabaseConfig,
+        database: AdminDatabase,
     },
     /// Revokes an API key, read from standard input (its first line) or
     /// from --key-file, never from the command line, where process lists
@@ -65,7 +88,7 @@ pub enum ClientCommand {
         #[arg(long)]
         key_file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        database: DatabaseConfig,
+        database: AdminDatabase,
     },
 }
 
@@ -81,14 +104,14 @@ pub enum OutboxCommand {
         #[arg(long, default_value_t = 100)]
         limit: i64,
         #[command(flatten)]
-        database: DatabaseConfig,
+        database: AdminDatabase,
     },
     /// Puts a dead-lettered row back in line with a fresh attempt budget.
     Retry {
         /// The transfer id of the row.
         transfer_id: String,
         #[command(flatten)]
-        database: DatabaseConfig,
+        database: AdminDatabase,
     },
 }
 
@@ -97,11 +120,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(config) => {
             let app = crate::startup::Application::build(*config).await?;
+            signals::stop_gracefully_on_signals(app.handle(), || {});
             app.run_until_stopped().await?;
             Ok(())
         }
-        Command::Migrate(args) => {
-            crate::store::Store::connect(&args.database)?
+        Command::Migrate(db) => {
+            crate::store::Store::connect(&db.resolve()?)?
                 .migrate()
                 .await?;
             println!("migrations applied");

@@ -10,8 +10,19 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             limit,
             database,
         } => {
-            let store = Store::connect(&database)?;
-            for entry in store.outbox_entries(dead, limit).await? {
+            let store = Store::connect(&database.resolve()?)?;
+            let entries = store.outbox_entries(dead, limit).await?;
+            if entries.is_empty() {
+                eprintln!(
+                    "{}",
+                    if dead {
+                        "no dead-lettered outbox rows"
+                    } else {
+                        "the outbox is empty: every transfer is settled"
+                    }
+                );
+            }
+            for entry in entries {
                 println!("{}", serde_json::to_string(&entry)?);
             }
             Ok(())
@@ -20,8 +31,10 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             transfer_id,
             database,
         } => {
-            let store = Store::connect(&database)?;
-            let id = Uuid::parse_str(&transfer_id)?;
+            let id = Uuid::parse_str(transfer_id.trim()).map_err(|_| {
+                anyhow::anyhow!("expected a transfer id (a UUID such as 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d), got {transfer_id:?}")
+            })?;
+            let store = Store::connect(&database.resolve()?)?;
             if store.retry_outbox(id).await? {
                 println!("{id} is due again");
                 Ok(())

@@ -1,6 +1,6 @@
 /// Smallest amount accepted, in minor units.
 pub const AMOUNT_MIN: i64 = 1;
-/// Largest amount accepted, in minor units (SPEC §3).
+/// Largest amount accepted, in minor units (docs/API.md).
 pub const AMOUNT_MAX: i64 = 999_999_999_999;
 
 /// A positive amount in the currency's minor units, at most 999 999 999 999.

@@ -1,6 +1,6 @@
 use std::fmt;
 
-/// Longest key accepted, in characters (SPEC §3).
+/// Longest key accepted, in characters (docs/API.md).
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 
 /// A client-chosen idempotency key: 1–255 visible ASCII characters (0x21–0x7E).

@@ -17,7 +17,7 @@ pub use currency::Currency;
 pub use fingerprint::{BodyDigest, Fingerprint};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
 pub use provider_text::{ProviderText, PROVIDER_TEXT_CHARS_MAX};
-/// SPEC §3's limits on a transfer's free-form fields.
+/// docs/API.md's limits on a transfer's free-form fields.
 pub mod transfer_limits {
     pub use super::transfer::{
         DESCRIPTION_LEN_MAX, METADATA_ENTRIES_MAX, METADATA_KEY_LEN_MAX, METADATA_VALUE_LEN_MAX,

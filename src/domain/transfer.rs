@@ -145,7 +145,7 @@ pub const FIELDS: [&str; 6] = [
 ];
 
 impl NewTransfer {
-    /// Validates a decoded JSON object against SPEC §3's body rules and
+    /// Validates a decoded JSON object against docs/API.md's body rules and
     /// returns every broken rule, not just the first.
     pub fn parse(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
@@ -333,7 +333,7 @@ pub fn now_micros() -> DateTime<Utc> {
     DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
 }
 
-/// The public JSON form of a transfer (SPEC §3), shared by the creation
+/// The public JSON form of a transfer (docs/API.md), shared by the creation
 /// answer and `GET`, so both serialize the same way. Every field is always
 /// present; the optional ones are `null` when unset.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

@@ -21,6 +21,9 @@ pub enum ClusterError {
         /// What it printed.
         stderr: String,
     },
+    /// A program it needs is not installed.
+    #[error("{0} was not found")]
+    Missing(String),
     /// File system or process error.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -175,7 +178,17 @@ impl PgCluster {
             Command::new(&program)
         };
         // pg_ctl's server inherits these; a closed stdin keeps it detached.
-        let output = cmd.args(args).stdin(std::process::Stdio::null()).output()?;
+        let output = cmd
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound if self.as_postgres_user => ClusterError::Missing(format!(
+                    "runuser (from util-linux), needed to run {tool} as the postgres user because payrail runs as root"
+                )),
+                std::io::ErrorKind::NotFound => ClusterError::Missing(program.display().to_string()),
+                _ => ClusterError::Io(e),
+            })?;
         check(output, &format!("{tool} {}", args.join(" ")))
     }
 }

@@ -1,4 +1,4 @@
-//! [`HttpProvider`]: the [`Provider`] that speaks SPEC §6 over HTTP/1.1.
+//! [`HttpProvider`]: the [`Provider`] that speaks the provider protocol (docs/ARCHITECTURE.md) over HTTP/1.1.
 //!
 //! The transport (reqwest) and the decision "what does this answer mean for the
 //! transfer" are kept apart: [`classify`] is a pure function of what came back,
@@ -271,7 +271,7 @@ fn describe_transport_error(err: &reqwest::Error) -> String {
     text
 }
 
-/// The JSON body of `POST /payouts` (SPEC §6).
+/// The JSON body of `POST /payouts` (docs/ARCHITECTURE.md).
 #[derive(Debug, Serialize)]
 struct PayoutRequestBody<'a> {
     transfer_id: Uuid,
@@ -324,7 +324,7 @@ pub enum Exchange<'a> {
     },
 }
 
-/// Maps one exchange to the engine's view of it (SPEC §6).
+/// Maps one exchange to the engine's view of it (docs/ARCHITECTURE.md).
 ///
 /// The rule of thumb behind every row: a payout may only be called final
 /// (succeeded, declined, permanent) when the provider said so unambiguously.

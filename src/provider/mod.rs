@@ -1,6 +1,6 @@
 //! The downstream payment provider, seen from the engine: "execute this payout
 //! under this business id". The relay depends only on the [`Provider`] trait;
-//! [`http::HttpProvider`] speaks the wire protocol of SPEC §6.
+//! [`http::HttpProvider`] speaks the wire protocol of docs/ARCHITECTURE.md.
 
 pub mod http;
 

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Reasons drawn for `--decline-rate` declines. The `decline` prefix rule always
-/// uses `insufficient_funds` (SPEC §7) so tests can assert on it.
+/// uses `insufficient_funds` (the README's provider-sim section) so tests can assert on it.
 pub const RANDOM_DECLINE_REASONS: &[&str] =
     &["insufficient_funds", "account_closed", "risk_rejected"];
 

@@ -1,4 +1,4 @@
-//! HTTP routes of the sim (SPEC §7) and the order in which faults apply.
+//! HTTP routes of the sim (the README's provider-sim section) and the order in which faults apply.
 
 use std::io;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! `payrail provider-sim`: an in-memory, idempotent payment provider with fault
-//! injection (SPEC §7), the stand-in for a real provider in tests, `payrail dev`
+//! injection (the README's provider-sim section), the stand-in for a real provider in tests, `payrail dev`
 //! and the load test.
 //!
 //! Routes: `POST /payouts`, `GET /payouts/{id}`, `GET /stats`, `GET /healthz`.

@@ -1,17 +1,17 @@
 //! The sim's JSON: what `POST /payouts` accepts and what every route answers.
 //!
 //! Deliberately not shared with [`crate::provider::http`]: the sim stands in for
-//! an external provider, so its own reading of SPEC §6 catches a client that
+//! an external provider, so its own reading of docs/ARCHITECTURE.md catches a client that
 //! drifts from the contract instead of agreeing with it by construction.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// Longest account id accepted; matches the engine's own rule (SPEC §3) and
+/// Longest account id accepted; matches the engine's own rule (docs/API.md) and
 /// bounds the memory of one stored record.
 pub const MAX_ACCOUNT_LEN: usize = 64;
 
-/// The body of `POST /payouts` (SPEC §6). Unknown fields are rejected so that a
+/// The body of `POST /payouts` (docs/ARCHITECTURE.md). Unknown fields are rejected so that a
 /// client sending something the contract does not know about is noticed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

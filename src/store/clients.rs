@@ -51,7 +51,7 @@ impl Store {
 
     /// Revokes a key and waits until every `serve` process listening on
     /// this database has dropped it from its authentication cache, so that
-    /// the key is refused everywhere once this returns (SPEC §1: "at once").
+    /// the key is refused everywhere once this returns ("at once").
     pub async fn revoke_api_key(&self, hash: &ApiKeyHash) -> Result<Revocation, StoreError> {
         let payload = hex::encode(hash.0);
         let payload = payload.as_str();

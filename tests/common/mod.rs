@@ -1,6 +1,6 @@
 //! Shared test helpers: a fresh database per test on the suite's private
 //! cluster (started by `scripts/test`), the real app on a random port, and
-//! typed calls so that tests read like rows of SPEC.md.
+//! typed calls so that tests read like rows of docs/API.md.
 #![allow(dead_code)]
 
 use std::time::Duration;

@@ -134,19 +134,13 @@ impl Store {
         })
     }
 
-    /// Runs one operation on a pooled connection within `--db-timeout`.
+    /// Runs one operation on a connection of the write pool within `--db-timeout`.
     async fn with_client<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Object) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let run = async {
-            let client = self.pool.get().await?;
-            op(client).await
-        };
-        tokio::time::timeout(self.op_timeout, run)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))?
+        self.on_pool(&self.pool, op).await
     }
 
     /// Like `with_client`, on the authentication pool.
@@ -155,8 +149,18 @@ impl Store {
         F: FnOnce(Object) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
+        self.on_pool(&self.auth_pool, op).await
+    }
+
+    /// One operation on a connection of `pool`, the pool wait included,
+    /// within `--db-timeout`.
+    async fn on_pool<T, F, Fut>(&self, pool: &Pool, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Object) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
         let run = async {
-            let client = self.auth_pool.get().await?;
+            let client = pool.get().await?;
             op(client).await
         };
         tokio::time::timeout(self.op_timeout, run)

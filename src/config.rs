@@ -146,6 +146,43 @@ pub struct ServeConfig {
     pub reaper_batches_per_tick: usize,
     #[command(flatten)]
     pub relay: RelayConfig,
+    #[command(flatten)]
+    pub webhooks: WebhookConfig,
+}
+
+/// Flags of webhook delivery.
+#[derive(Debug, Clone, Args)]
+pub struct WebhookConfig {
+    /// Bound on one delivery attempt: connect, send, and the answer's head.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub webhook_timeout: Duration,
+    /// Multiplies the retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
+    /// 10 h); below 1 only for tests.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_RETRY_SCALE", default_value_t = 1.0)]
+    pub webhook_retry_scale: f64,
+    /// Accept endpoint URLs on loopback, private and link-local addresses
+    /// (tests and `payrail dev`); without it such URLs get 422, and names
+    /// resolving to such addresses are never called.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+    /// Delivery attempts in flight at once per process.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 16)]
+    pub webhook_concurrency: usize,
+    /// How long a claimed delivery is held; must exceed --webhook-timeout
+    /// plus --db-timeout, so no takeover overlaps a live attempt.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_LEASE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub webhook_lease: Duration,
+    /// Fallback poll for due deliveries when no notification arrives.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub webhook_poll: Duration,
+    /// Most live webhook endpoints per client; past it `422
+    /// webhook-endpoint-limit`.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_ENDPOINTS_MAX", default_value_t = crate::domain::webhook::ENDPOINTS_PER_CLIENT_DEFAULT)]
+    pub webhook_endpoints_max: i64,
+    /// Bytes of a receiver's answer read (and kept, as text, in the
+    /// delivery's last error); the rest is never read.
+    #[arg(long, env = "PAYRAIL_WEBHOOK_RESPONSE_BYTES", default_value_t = 1024)]
+    pub webhook_response_bytes: usize,
 }
 
 /// Flags of the outbox relay.
@@ -201,6 +238,12 @@ impl ServeConfig {
             ("--relay-queue", self.relay.relay_queue),
             ("--relay-settle-batch", self.relay.relay_settle_batch),
             ("--shard-flushes", self.shard_flushes),
+            ("--webhook-concurrency", self.webhooks.webhook_concurrency),
+            ("--webhook-response-bytes", self.webhooks.webhook_response_bytes),
+            (
+                "--webhook-endpoints-max",
+                self.webhooks.webhook_endpoints_max.max(0) as usize,
+            ),
             ("--rate-limit", self.rate_limit as usize),
             ("--rate-limit-burst", self.rate_limit_burst as usize),
         ];
@@ -213,6 +256,15 @@ impl ServeConfig {
             return Err(
                 "--relay-lease must be longer than --provider-timeout plus --db-timeout".into(),
             );
+        }
+        if self.webhooks.webhook_lease <= self.webhooks.webhook_timeout + self.database.db_timeout {
+            return Err(
+                "--webhook-lease must be longer than --webhook-timeout plus --db-timeout".into(),
+            );
+        }
+        let scale = self.webhooks.webhook_retry_scale;
+        if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+            return Err("--webhook-retry-scale must be above 0 and at most 1000".into());
         }
         if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
             return Err("--max-attempts and --reaper-batch must be at least 1".into());

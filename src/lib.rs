@@ -14,3 +14,4 @@ pub mod startup;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod webhook;

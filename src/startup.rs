@@ -16,6 +16,9 @@ use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
+use crate::webhook::sender::Sender;
+use crate::webhook::WebhookLimits;
+use crate::domain::webhook::AddressPolicy;
 
 /// A built, bound, not yet awaited engine.
 pub struct Application {
@@ -94,6 +97,27 @@ impl Application {
         );
         arbiters.extend(shard_arbiters);
 
+        let w = &config.webhooks;
+        let policy = if w.webhook_allow_private {
+            AddressPolicy::AllowPrivate
+        } else {
+            AddressPolicy::PublicOnly
+        };
+        let sender = Sender::new(w.webhook_timeout, policy, w.webhook_response_bytes)?;
+        let webhook_limits = WebhookLimits {
+            concurrency_max: w.webhook_concurrency,
+            lease: w.webhook_lease,
+            poll_interval: w.webhook_poll,
+            retry_scale: w.webhook_retry_scale,
+        };
+        let webhook_arbiter = Arbiter::new();
+        webhook_arbiter.spawn(crate::webhook::delivery::run(
+            store.clone(),
+            sender,
+            webhook_limits,
+        ));
+        arbiters.push(webhook_arbiter);
+
         let reaper_arbiter = Arbiter::new();
         let reaper_limits = ReaperLimits {
             interval: config.reaper_interval,
@@ -132,6 +156,8 @@ impl Application {
             body_limit: config.body_limit,
             body_read_timeout: config.client_request_timeout,
             readiness: ReadinessCache::new(config.readyz_cache_ttl),
+            webhook_policy: policy,
+            webhook_endpoints_max: config.webhooks.webhook_endpoints_max,
             metrics,
         });
         let port = listener.local_addr()?.port();

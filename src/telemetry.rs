@@ -155,4 +155,27 @@ fn describe_metrics() {
         "payrail_reaped_keys_total",
         "Expired idempotency keys deleted by the reaper"
     );
+    describe_gauge!(
+        "payrail_webhook_backlog",
+        "Webhook deliveries neither delivered nor dead"
+    );
+    describe_gauge!("payrail_webhook_dead", "Webhook deliveries that ran out of attempts or lost their endpoint");
+    describe_gauge!(
+        "payrail_webhook_oldest_due_age_seconds",
+        Unit::Seconds,
+        "How long the oldest due webhook delivery has waited"
+    );
+    describe_counter!(
+        "payrail_webhook_deliveries_total",
+        "Webhook delivery attempts, by outcome (delivered, retry, dead, gone)"
+    );
+    describe_histogram!(
+        "payrail_webhook_delivery_seconds",
+        Unit::Seconds,
+        "Duration of one webhook delivery attempt"
+    );
+    describe_histogram!(
+        "payrail_webhook_settle_batch_size",
+        "Delivery attempts settled in one transaction"
+    );
 }

@@ -1,5 +1,5 @@
-//! Turning a raw `POST /transfers` request into a [`NewTransfer`]: headers
-//! first, then a bounded body read, then JSON, then the field rules.
+//! Turning a raw request into a valid value ([`NewTransfer`], [`NewEndpoint`]):
+//! headers first, then a bounded body read, then JSON, then the field rules.
 
 use std::time::Duration;
 
@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 
 use super::strict_json::StrictValue;
 use super::ApiError;
-use crate::domain::{FieldError, IdempotencyKey, IdempotencyKeyError, NewTransfer};
+use crate::domain::webhook::{AddressPolicy, EndpointUrl};
+use crate::domain::{Description, FieldError, IdempotencyKey, IdempotencyKeyError, NewTransfer};
 
 /// The request's idempotency key; exactly one header must be present.
 pub fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
@@ -79,18 +80,74 @@ async fn read_body(
 
 /// JSON (an object repeating a key is malformed), then docs/API.md's field rules.
 pub fn parse_transfer(body: &[u8]) -> Result<NewTransfer, ApiError> {
+    NewTransfer::parse(&json_object(body)?).map_err(ApiError::ValidationFailed)
+}
+
+/// A JSON object in which no key repeats.
+fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let StrictValue(value) =
         serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-    let object: Map<String, Value> = match value {
-        Value::Object(o) => o,
-        _ => {
-            return Err(ApiError::ValidationFailed(vec![FieldError {
-                field: "body".into(),
-                message: "must be a JSON object".into(),
-            }]))
+    match value {
+        Value::Object(o) => Ok(o),
+        _ => Err(ApiError::ValidationFailed(vec![FieldError {
+            field: "body".into(),
+            message: "must be a JSON object".into(),
+        }])),
+    }
+}
+
+/// A valid `POST /webhook_endpoints` body.
+#[derive(Debug)]
+pub struct NewEndpoint {
+    /// Where deliveries go.
+    pub url: EndpointUrl,
+    /// The owner's note.
+    pub description: Option<Description>,
+}
+
+/// `{"url", "description"?}`: every broken rule is reported, unknown fields too.
+pub fn parse_endpoint(body: &[u8], policy: AddressPolicy) -> Result<NewEndpoint, ApiError> {
+    let object = json_object(body)?;
+    let mut errors = Vec::new();
+    let mut error = |field: &str, message: String| {
+        errors.push(FieldError {
+            field: field.into(),
+            message,
+        })
+    };
+    for unknown in object
+        .keys()
+        .filter(|k| !["url", "description"].contains(&k.as_str()))
+    {
+        error(unknown, "unknown field".into());
+    }
+    let url = match object.get("url") {
+        Some(Value::String(raw)) => EndpointUrl::parse(raw, policy)
+            .map_err(|e| error("url", e))
+            .ok(),
+        Some(_) => {
+            error("url", "must be a string".into());
+            None
+        }
+        None => {
+            error("url", "is required".into());
+            None
         }
     };
-    NewTransfer::parse(&object).map_err(ApiError::ValidationFailed)
+    let description = match object.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(raw)) => Description::parse(raw)
+            .map_err(|e| error("description", e))
+            .ok(),
+        Some(_) => {
+            error("description", "must be a string".into());
+            None
+        }
+    };
+    match url {
+        Some(url) if errors.is_empty() => Ok(NewEndpoint { url, description }),
+        _ => Err(ApiError::ValidationFailed(errors)),
+    }
 }
 
 /// Property tests over the request-parsing entry points: whatever arrives,

@@ -11,6 +11,7 @@ pub mod problem;
 mod rate_limit;
 mod strict_json;
 mod transfers;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub struct AppState {
     pub readiness: ReadinessCache,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Which webhook endpoint URLs are accepted.
+    pub webhook_policy: crate::domain::webhook::AddressPolicy,
+    /// Most live webhook endpoints per client.
+    pub webhook_endpoints_max: i64,
 }
 
 /// Registers every route.
@@ -56,6 +61,23 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(|| ops::method_not_allowed("GET, POST"))),
     )
     .service(get_only("/transfers/{id}", transfers::get))
+    .service(
+        web::resource("/webhook_endpoints")
+            .route(web::post().to(webhooks::create_endpoint))
+            .route(web::get().to(webhooks::list_endpoints))
+            .default_service(web::to(|| ops::method_not_allowed("GET, POST"))),
+    )
+    .service(
+        web::resource("/webhook_endpoints/{id}")
+            .route(web::delete().to(webhooks::delete_endpoint))
+            .default_service(web::to(|| ops::method_not_allowed("DELETE"))),
+    )
+    .service(post_only(
+        "/webhook_endpoints/{id}/rotate_secret",
+        webhooks::rotate_secret,
+    ))
+    .service(get_only("/events", webhooks::list_events))
+    .service(post_only("/events/{id}/redeliver", webhooks::redeliver))
     .service(get_only("/healthz", ops::healthz))
     .service(get_only("/readyz", ops::readyz))
     .service(get_only("/metrics", ops::metrics))
@@ -74,4 +96,16 @@ where
     web::resource(path)
         .route(web::get().to(handler))
         .default_service(web::to(|| ops::method_not_allowed("GET")))
+}
+
+/// A path served by POST alone (`405` with `Allow: POST` otherwise).
+fn post_only<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::post().to(handler))
+        .default_service(web::to(|| ops::method_not_allowed("POST")))
 }

@@ -142,9 +142,15 @@ impl Modify for BearerAuth {
     info(title = "payrail", description = "Payment/transfer engine: one intent, one transfer, one provider execution. Every error is `application/problem+json` (RFC 9457)."),
     paths(
         super::transfers::create, super::transfers::get, super::transfers::list,
+        super::webhooks::create_endpoint, super::webhooks::list_endpoints,
+        super::webhooks::delete_endpoint, super::webhooks::rotate_secret,
+        super::webhooks::list_events, super::webhooks::redeliver,
         super::ops::healthz, super::ops::readyz, super::ops::metrics, super::ops::openapi,
     ),
-    components(schemas(CreateTransfer, TransferView, TransferStatus, super::transfers::TransferList, super::problem::Problem, FieldError, OpsStatus)),
+    components(schemas(CreateTransfer, TransferView, TransferStatus, super::transfers::TransferList, super::problem::Problem, FieldError, OpsStatus,
+        super::webhooks::CreateEndpoint, super::webhooks::CreatedEndpoint, super::webhooks::EndpointView, super::webhooks::EndpointList,
+        super::webhooks::RotatedSecret, super::webhooks::EventView, super::webhooks::EventList, super::webhooks::DeliveryView,
+        super::webhooks::Redelivery, crate::domain::webhook::EventType)),
     modifiers(&BearerAuth),
 )]
 pub struct ApiDoc;

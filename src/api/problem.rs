@@ -61,6 +61,9 @@ pub enum ApiError {
     /// The client is over its rate limit.
     #[error("rate limit exceeded")]
     RateLimited(Duration),
+    /// The client already has the most webhook endpoints allowed.
+    #[error("a client may have at most {0} webhook endpoints; delete one first")]
+    EndpointLimit(i64),
 }
 
 impl From<StoreError> for ApiError {
@@ -107,6 +110,7 @@ impl ApiError {
             Self::Unavailable => "unavailable",
             Self::Overloaded => "overloaded",
             Self::RateLimited(_) => "rate-limited",
+            Self::EndpointLimit(_) => "webhook-endpoint-limit",
         }
     }
 
@@ -127,6 +131,7 @@ impl ApiError {
             Self::Unavailable => "Service unavailable",
             Self::Overloaded => "Overloaded",
             Self::RateLimited(_) => "Rate limited",
+            Self::EndpointLimit(_) => "Webhook endpoint limit reached",
         }
     }
 
@@ -162,7 +167,7 @@ impl ResponseError for ApiError {
             Self::IdempotencyKeyMissing
             | Self::IdempotencyKeyInvalid(_)
             | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
-            Self::IdempotencyKeyReused | Self::ValidationFailed(_) => {
+            Self::IdempotencyKeyReused | Self::ValidationFailed(_) | Self::EndpointLimit(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             Self::RequestInProgress => StatusCode::CONFLICT,

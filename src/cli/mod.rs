@@ -38,6 +38,8 @@ pub enum Command {
     Outbox(OutboxCommand),
     /// Runs provider-sim, a stand-in payment provider with fault injection.
     ProviderSim(SimArgs),
+    /// Runs a webhook receiver that checks signatures, for tests and `payrail dev`.
+    WebhookSink(crate::webhook::sink::SinkArgs),
     /// Runs everything on this machine for a newcomer: a private Postgres,
     /// provider-sim, migrations, a demo client and `serve` on 127.0.0.1:8080.
     Dev(dev::DevArgs),
@@ -46,7 +48,10 @@ pub enum Command {
 impl Command {
     /// Serves until stopped (and logs at `info`), rather than doing one job.
     pub fn is_long_running(&self) -> bool {
-        matches!(self, Self::Serve(_) | Self::ProviderSim(_) | Self::Dev(_))
+        matches!(
+            self,
+            Self::Serve(_) | Self::ProviderSim(_) | Self::WebhookSink(_) | Self::Dev(_)
+        )
     }
 }
 
@@ -134,6 +139,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Client(cmd) => client::run(cmd).await,
         Command::Outbox(cmd) => outbox::run(cmd).await,
         Command::ProviderSim(args) => Ok(crate::sim::run(args).await?),
+        Command::WebhookSink(args) => Ok(crate::webhook::sink::run(args).await?),
         Command::Dev(args) => dev::run(args).await,
     }
 }

@@ -9,6 +9,7 @@ mod fingerprint;
 mod idempotency_key;
 mod provider_text;
 mod transfer;
+pub mod webhook;
 
 pub use account::AccountId;
 pub use amount::Amount;

@@ -253,7 +253,7 @@ async fn read_capped(response: &mut reqwest::Response) -> Result<Vec<u8>, String
 
 /// reqwest's own message is only the outermost layer ("error sending request");
 /// the cause that matters for an operator (refused, reset, timed out) is deeper.
-fn describe_transport_error(err: &reqwest::Error) -> String {
+pub(crate) fn describe_transport_error(err: &reqwest::Error) -> String {
     let kind = if err.is_timeout() {
         "timeout"
     } else if err.is_connect() {

@@ -136,6 +136,30 @@ pub struct SimServer {
 }
 
 impl SimServer {
+    /// Wraps a started actix server (also how `payrail webhook-sink` runs).
+    pub(crate) fn started(server: actix_web::dev::Server, addr: SocketAddr) -> Self {
+        let handle = server.handle();
+        let task = tokio::spawn(server);
+        Self {
+            addr,
+            handle,
+            task: Some(task),
+        }
+    }
+
+    /// Serves until Ctrl-C or SIGTERM, then stops gracefully.
+    pub(crate) async fn serve_until_signal(self, name: &'static str) -> io::Result<()> {
+        let handle = self.handle();
+        let stopper = tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("{name} stopping");
+            handle.stop(true).await;
+        });
+        let result = self.wait().await;
+        stopper.abort();
+        result
+    }
+
     /// The bound address (the real port when listening on port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -218,9 +242,7 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
         .addrs()
         .first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "bound to no address"))?;
-    let server = server.run();
-    let handle = server.handle();
-    let task = tokio::spawn(server);
+    let server = SimServer::started(server.run(), addr);
     tracing::info!(
         %addr,
         seed,
@@ -230,25 +252,12 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
         latency_ms = args.latency_ms,
         "provider-sim listening"
     );
-    Ok(SimServer {
-        addr,
-        handle,
-        task: Some(task),
-    })
+    Ok(server)
 }
 
 /// Starts the sim and serves until Ctrl-C or SIGTERM, then stops gracefully.
 pub async fn run(args: SimArgs) -> io::Result<()> {
-    let server = start(args).await?;
-    let handle = server.handle();
-    let stopper = tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("provider-sim stopping");
-        handle.stop(true).await;
-    });
-    let result = server.wait().await;
-    stopper.abort();
-    result
+    start(args).await?.serve_until_signal("provider-sim").await
 }
 
 async fn shutdown_signal() {

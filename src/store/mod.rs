@@ -8,6 +8,7 @@ mod migrate;
 mod notify;
 pub mod outbox;
 mod transfers;
+pub mod webhooks;
 
 use std::future::Future;
 use std::time::Duration;

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Store, StoreError};
+use crate::domain::webhook::NewEvent;
 use crate::domain::{ProviderText, TransferStatus};
 use crate::provider::Payout;
 
@@ -71,6 +72,8 @@ pub struct SettleReport {
     pub held: Vec<bool>,
     /// Transfers whose status this batch changed from `pending` to final.
     pub finalized: Vec<Uuid>,
+    /// Webhook deliveries written for their events.
+    pub deliveries: i64,
 }
 
 /// An outbox row as `payrail outbox list` shows it.
@@ -122,8 +125,8 @@ FROM claimed c JOIN transfers t ON t.id = c.transfer_id";
 
 /// Settles the final outcomes of a batch: deletes the rows still held under
 /// each claim's attempt (fencing), and gives their transfers the final
-/// status, only if still `pending`. Returns every row that was held, and
-/// whether its transfer changed.
+/// status, only if still `pending`. Returns every row that was held and,
+/// where its transfer changed, the transfer as it is now (for its event).
 const SETTLE_FINAL: &str = "
 WITH i AS (
     SELECT * FROM UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[])
@@ -136,9 +139,9 @@ WITH i AS (
                            failure_reason = i.reason, updated_at = now()
     FROM i JOIN done ON done.transfer_id = i.id
     WHERE t.id = i.id AND t.status = 'pending'
-    RETURNING t.id
+    RETURNING t.*
 )
-SELECT done.transfer_id, changed.id IS NOT NULL FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
+SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
 
 /// Reschedules (or dead-letters) the rows of a batch still held under each
 /// claim's attempt. `ambiguous` only ever turns on.
@@ -184,8 +187,9 @@ impl Store {
     }
 
     /// Records how the calls of a batch of claimed rows ended, in one
-    /// transaction with their transfers' new statuses (at most two
-    /// statements, sent in one round trip). A row appears at most once.
+    /// transaction with their transfers' new statuses (two statements sent
+    /// in one round trip) and the webhook events of the transfers that
+    /// became final (a third, only when some did). A row appears at most once.
     pub async fn settle_outbox_batch(
         &self,
         batch: &[(ClaimedRow, Settlement)],
@@ -236,17 +240,20 @@ impl Store {
             };
             let (done, rescheduled) = futures::join!(finals_run, later_run);
             let (done, rescheduled) = (done?, rescheduled?);
-            tx.commit().await?;
 
             let mut held = std::collections::HashSet::with_capacity(batch.len());
-            let mut finalized = Vec::new();
+            let mut events = Vec::new();
             for row in &done {
-                let id: Uuid = row.get(0);
-                held.insert(id);
-                if row.get::<_, bool>(1) {
-                    finalized.push(id);
+                held.insert(row.get::<_, Uuid>("held"));
+                if row.get::<_, Option<Uuid>>("id").is_some() {
+                    let transfer = super::transfers::transfer_from_row(row)?;
+                    assert!(transfer.status.is_final(), "a settled transfer is final");
+                    events.push(NewEvent::of_final(&transfer));
                 }
             }
+            let deliveries = super::webhooks::insert_events(&tx, &events).await?;
+            tx.commit().await?;
+            let finalized = events.iter().map(|e| e.transfer_id).collect();
             held.extend(rescheduled.iter().map(|r| r.get::<_, Uuid>(0)));
             Ok(SettleReport {
                 held: batch
@@ -254,6 +261,7 @@ impl Store {
                     .map(|(r, _)| held.contains(&r.payout.transfer_id))
                     .collect(),
                 finalized,
+                deliveries,
             })
         })
         .await

@@ -3,6 +3,8 @@
 //! typed calls so that tests read like rows of docs/API.md.
 #![allow(dead_code)]
 
+pub mod receiver;
+
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;

@@ -45,11 +45,13 @@ struct Dev {
     child: Child,
     banner: String,
     api: String,
+    /// Lines printed after the banner.
+    later: std::sync::mpsc::Receiver<String>,
 }
 
 impl Dev {
     fn start(dir: &Path) -> Dev {
-        let (api_port, sim_port) = (free_port(), free_port());
+        let (api_port, sim_port, sink_port) = (free_port(), free_port(), free_port());
         let mut child = payrail(dir)
             .args([
                 "dev",
@@ -57,6 +59,8 @@ impl Dev {
                 &format!("127.0.0.1:{api_port}"),
                 "--sim-listen",
                 &format!("127.0.0.1:{sim_port}"),
+                "--sink-listen",
+                &format!("127.0.0.1:{sink_port}"),
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -65,22 +69,41 @@ impl Dev {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut banner = String::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                banner.push_str(&line);
-                banner.push('\n');
-                if line.contains("Idempotency-Key") {
-                    let _ = tx.send(banner.clone());
+                if tx.send(line).is_err() {
+                    break;
                 }
             }
         });
-        let banner = rx
-            .recv_timeout(Duration::from_secs(90))
-            .expect("payrail dev printed its banner");
+        let mut banner = String::new();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(90))
+                .expect("payrail dev printed its banner");
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.contains("Idempotency-Key") {
+                break;
+            }
+        }
         Dev {
             child,
             banner,
             api: format!("http://127.0.0.1:{api_port}"),
+            later: rx,
+        }
+    }
+
+    /// The next line printed that contains `text`, within `within`.
+    fn line_later(&self, text: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.later.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("payrail dev printed no line with {text:?}"),
+            }
         }
     }
 
@@ -170,6 +193,27 @@ async fn payrail_dev_keeps_its_demo_key_prints_its_database_and_stops_on_sighup(
     assert!(
         String::from_utf8_lossy(&second.stderr).contains("already running"),
         "{second:?}"
+    );
+
+    // The banner's transfer succeeds, and its signed webhook is printed.
+    let res = reqwest::Client::new()
+        .post(format!("{}/transfers", dev.api))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11")
+        .json(&serde_json::json!({"amount": 1500, "currency": "USD",
+            "source_account": "acc_alice", "destination_account": "acc_bob"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let id = res.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let webhook = dev.line_later("webhook received", Duration::from_secs(30));
+    assert!(
+        webhook.contains("transfer.succeeded") && webhook.contains(&id),
+        "{webhook}"
     );
 
     // Admin commands next to it find its database by themselves.

@@ -11,7 +11,11 @@ use crate::domain::{ApiKey, ClientId};
 use crate::pgcluster::{PgCluster, StopMode};
 use crate::sim::SimArgs;
 use crate::startup::Application;
+use crate::domain::webhook::{
+    AddressPolicy, EndpointUrl, WebhookSecret, ENDPOINTS_PER_CLIENT_DEFAULT,
+};
 use crate::store::Store;
+use crate::webhook::sink::SinkArgs;
 
 /// Flags of `payrail dev`.
 #[derive(Debug, Args)]
@@ -29,6 +33,9 @@ pub struct DevArgs {
     /// Address of provider-sim.
     #[arg(long, env = "PAYRAIL_SIM_LISTEN", default_value = "127.0.0.1:9090")]
     pub sim_listen: SocketAddr,
+    /// Address of the webhook sink that receives the demo client's webhooks.
+    #[arg(long, env = "PAYRAIL_SINK_LISTEN", default_value = "127.0.0.1:9191")]
+    pub sink_listen: SocketAddr,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -104,10 +111,28 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
         &listen,
         "--provider-url",
         &sim.url(),
+        // The sink listens on loopback.
+        "--webhook-allow-private",
     ])?;
     let app = Application::build(config).await?;
     let api_url = format!("http://127.0.0.1:{}", app.port());
     let (client, api_key) = demo_client(app.store(), &args.data_dir).await?;
+    let sink_url = format!("http://{}/webhooks", args.sink_listen);
+    let (endpoint_id, secret) =
+        demo_endpoint(app.store(), client, &sink_url, &args.data_dir).await?;
+    let sink = crate::webhook::sink::start(SinkArgs {
+        listen: args.sink_listen.to_string(),
+        secret: secret.clone(),
+        fail_rate: 0.0,
+        seed: None,
+        latency_ms: 0,
+        max_events: 100_000,
+        print: true,
+    })
+    .await
+    .map_err(|e| {
+        crate::startup::bind_error(e, args.sink_listen, "--sink-listen", "PAYRAIL_SINK_LISTEN")
+    })?;
     dev_state::save(
         &args.data_dir,
         &DevState {
@@ -116,11 +141,14 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
             api_url: api_url.clone(),
             demo_client_id: Some(client.0),
             demo_api_key: Some(api_key.clone()),
+            webhook_endpoint_id: Some(endpoint_id),
+            webhook_secret: Some(secret.encode()),
         },
     )?;
     print_welcome(
         &api_url,
         &sim.url(),
+        &sink.url(),
         &api_key,
         &database_url,
         &args.data_dir,
@@ -128,7 +156,49 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
     signals::stop_gracefully_on_signals(app.handle(), || {});
     app.run_until_stopped().await?;
     sim.stop().await?;
+    sink.stop().await?;
     Ok(())
+}
+
+/// The demo client's endpoint at the dev sink, and its secret: the one of
+/// an earlier run while it is still registered, else a new one (replacing
+/// any other endpoint of the demo client at that URL).
+async fn demo_endpoint(
+    store: &Store,
+    client: ClientId,
+    sink_url: &str,
+    data_dir: &Path,
+) -> anyhow::Result<(uuid::Uuid, WebhookSecret)> {
+    let endpoints = store.endpoints(client).await?;
+    if let Some(DevState {
+        webhook_endpoint_id: Some(id),
+        webhook_secret: Some(secret),
+        ..
+    }) = dev_state::load(data_dir)
+    {
+        let live = endpoints
+            .iter()
+            .any(|e| e.id == id && e.url == sink_url && e.disabled_at.is_none());
+        if let (true, Ok(secret)) = (live, WebhookSecret::parse(&secret)) {
+            return Ok((id, secret));
+        }
+    }
+    for stale in endpoints.iter().filter(|e| e.url == sink_url) {
+        store.delete_endpoint(client, stale.id).await?;
+    }
+    let url = EndpointUrl::parse(sink_url, AddressPolicy::AllowPrivate)
+        .map_err(|e| anyhow::anyhow!("sink url {e}"))?;
+    let secret = WebhookSecret::generate();
+    let endpoint = store
+        .create_endpoint(
+            client,
+            &url,
+            Some("payrail dev's webhook sink"),
+            &secret,
+            ENDPOINTS_PER_CLIENT_DEFAULT,
+        )
+        .await?;
+    Ok((endpoint.id, secret))
 }
 
 /// The demo client of an earlier run while its key still works, else a new one.
@@ -176,15 +246,26 @@ async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_welcome(base: &str, sim_url: &str, api_key: &str, database_url: &str, data_dir: &Path) {
+fn print_welcome(
+    base: &str,
+    sim_url: &str,
+    sink_url: &str,
+    api_key: &str,
+    database_url: &str,
+    data_dir: &Path,
+) {
     println!(
         "\npayrail dev is running (Ctrl-C stops everything)\n\
          \n  API:           {base}\n  provider-sim:  {sim_url}   (watch it: curl {sim_url}/stats)\n  \
+         webhook sink:  {sink_url}   (every final status of the demo client, signed; printed below as it arrives; curl {sink_url}/stats)\n  \
          database:      {database_url}\n  demo API key:  {api_key}   (kept in {dir}.json for the next run)\n\
          \nAdmin commands run from this folder use this database by themselves; elsewhere:\n\
          \n  export DATABASE_URL={database_url}\n\
          \nCreate a transfer (run it twice: the second answer is the replay):\n\
-         \n  curl -i {base}/transfers \\\n    -H 'Authorization: Bearer {api_key}' \\\n    -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: 5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11' \\\n    -d '{{\"amount\": 1500, \"currency\": \"USD\", \"source_account\": \"acc_alice\", \"destination_account\": \"acc_bob\"}}'\n",
+         \n  curl -i {base}/transfers \\\n    -H 'Authorization: Bearer {api_key}' \\\n    -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: 5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11' \\\n    -d '{{\"amount\": 1500, \"currency\": \"USD\", \"source_account\": \"acc_alice\", \"destination_account\": \"acc_bob\"}}'\n\
+         \nA moment later the transfer succeeds at provider-sim and its signed webhook\n\
+         (transfer.succeeded) is printed below. Events and their deliveries:\n\
+         \n  curl {base}/events -H 'Authorization: Bearer {api_key}'\n",
         dir = data_dir.display()
     );
 }

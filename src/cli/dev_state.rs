@@ -27,6 +27,12 @@ pub struct DevState {
     pub demo_client_id: Option<Uuid>,
     /// The demo client's API key (the file is readable by its owner only).
     pub demo_api_key: Option<String>,
+    /// The demo client's webhook endpoint, pointing at the dev sink.
+    #[serde(default)]
+    pub webhook_endpoint_id: Option<Uuid>,
+    /// Its signing secret, so the sink can check signatures across runs.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
 }
 
 fn path(dir: &Path) -> PathBuf {

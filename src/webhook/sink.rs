@@ -175,7 +175,11 @@ async fn deliver(sink: web::Data<Sink>, req: HttpRequest, body: web::Bytes) -> H
             );
             stats.distinct_ids += 1;
             if sink.print {
-                println!("{}", String::from_utf8_lossy(&body));
+                println!(
+                    "webhook received ({}, signature valid): {}",
+                    events[&id].kind,
+                    String::from_utf8_lossy(&body)
+                );
             }
         }
     }

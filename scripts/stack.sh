@@ -68,3 +68,21 @@ stack_client() {
     "$PAYRAIL_BIN" client create --name "$2" --database-url "$1" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["api_key"])'
 }
+
+# stack_webhook_sink SERVE_URL API_KEY PORT [FLAGS...]: registers the
+# client's webhook endpoint at a sink on PORT, then starts `payrail
+# webhook-sink` there with the endpoint's secret (by environment, not on a
+# command line `ps` shows); sets SINK_PID and SINK_URL. serve needs
+# --webhook-allow-private, since the sink is on loopback.
+stack_webhook_sink() {
+    local serve=$1 key=$2 port=$3 secret; shift 3
+    SINK_URL="http://127.0.0.1:$port"
+    secret=$(curl -fsS "$serve/webhook_endpoints" -H "Authorization: Bearer $key" \
+        -H 'Content-Type: application/json' -d "{\"url\": \"$SINK_URL/hooks\"}" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
+    PAYRAIL_SINK_SECRET=$secret "$PAYRAIL_BIN" webhook-sink --listen "127.0.0.1:$port" "$@" \
+        >"$STACK_LOGS/sink-$port.log" 2>&1 &
+    SINK_PID=$!
+    STACK_PIDS+=("$SINK_PID")
+    stack_wait_http "$SINK_URL/stats"
+}

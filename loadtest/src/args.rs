@@ -127,6 +127,13 @@ pub struct Args {
     #[arg(long, env = "PAYRAIL_LOADTEST_DRAIN_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
 
+    /// `payrail webhook-sink` base URL, registered (by whoever set the run
+    /// up) as the client's webhook endpoint: after the drain, every final
+    /// transfer of the run must be announced there exactly once, validly
+    /// signed, and no pending one. Needs --provider-url. Loopback only.
+    #[arg(long, env = "PAYRAIL_LOADTEST_WEBHOOK_SINK", requires = "provider_url")]
+    pub webhook_sink: Option<String>,
+
     /// Bound on reading everything back (after the drain).
     #[arg(long, env = "PAYRAIL_LOADTEST_VERIFY_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
     pub verify_timeout: Duration,
@@ -152,6 +159,9 @@ impl Args {
         check_loopback_url(&self.target).map_err(|e| format!("--target: {e}"))?;
         if let Some(url) = &self.provider_url {
             check_loopback_url(url).map_err(|e| format!("--provider-url: {e}"))?;
+        }
+        if let Some(url) = &self.webhook_sink {
+            check_loopback_url(url).map_err(|e| format!("--webhook-sink: {e}"))?;
         }
         if self.create_client {
             let url = self.database_url.as_deref().unwrap_or_default();

@@ -402,7 +402,7 @@ fn failure(e: reqwest::Error) -> Failure {
 
 /// reqwest's top-level message hides the cause ("error sending request");
 /// the chain says whether it was a refusal, a reset or a closed connection.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

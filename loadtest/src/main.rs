@@ -12,6 +12,7 @@ mod report;
 mod run;
 mod scenario;
 mod verify;
+mod webhooks;
 
 use std::process::ExitCode;
 use std::time::Duration;

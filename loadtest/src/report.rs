@@ -284,6 +284,13 @@ impl Report {
                 p.executions_delta, p.distinct_ids_delta, p.expected, p.payouts_checked, p.drain_s
             );
         }
+        if let Some(w) = &v.webhooks {
+            let _ = writeln!(
+                s,
+                "webhooks:    {} of {} final transfers announced (sink: {} accepted, {} distinct, {} bad signatures, {} failed on purpose), {:.1} s after the drain",
+                w.announced, w.expected, w.sink.received, w.sink.distinct_ids, w.sink.bad_signatures, w.sink.failed_on_purpose, w.wait_s
+            );
+        }
         if self.invariants.ok {
             let _ = writeln!(s, "invariants:  OK");
         } else {

@@ -70,6 +70,14 @@ pub async fn run(args: Args) -> Result<Report, SetupError> {
         None => None,
     };
 
+    let sink = match &args.webhook_sink {
+        Some(url) => {
+            let url = check_loopback_url(url).map_err(|e| SetupError(anyhow::anyhow!(e)))?;
+            Some(crate::webhooks::Sink::new(http.clone(), url))
+        }
+        None => None,
+    };
+
     eprintln!(
         "payrail-loadtest: {target} for {} (at most {} intents), {mode}, mix {}, seed {seed}, run {run_id}{}",
         humantime::format_duration(args.duration),
@@ -125,6 +133,7 @@ pub async fn run(args: Args) -> Result<Report, SetupError> {
     let verification = verify::audit(Audit {
         api: &api,
         sim: sim.as_ref().map(|(s, before)| (s, *before)),
+        sink: sink.as_ref(),
         intents: &outcome.intents,
         fresh_client,
         run_started,

@@ -45,6 +45,8 @@ pub struct VerifySummary {
     pub foreign_ignored: u64,
     /// With `--provider-url`: the provider's side.
     pub provider: Option<ProviderSummary>,
+    /// With `--webhook-sink`: the announcements.
+    pub webhooks: Option<crate::webhooks::WebhookSummary>,
 }
 
 /// provider-sim before and after, and what was expected.
@@ -72,6 +74,8 @@ pub struct Audit<'a> {
     pub api: &'a Api,
     /// provider-sim and its `/stats` before the load.
     pub sim: Option<(&'a Sim, SimStats)>,
+    /// The webhook sink the client's endpoint points at.
+    pub sink: Option<&'a crate::webhooks::Sink>,
     /// Every intent started.
     pub intents: &'a [Arc<Intent>],
     /// The client was created for this run, so it has no transfer of its own.
@@ -289,6 +293,12 @@ pub async fn audit(a: Audit<'_>) -> VerifySummary {
             Err(_) => v.push("verification: comparing provider-sim payouts did not finish within --verify-timeout".to_owned()),
         }
         summary.provider = Some(p);
+    }
+
+    // 6. One webhook event per final transfer, none for a pending one.
+    if let Some(sink) = a.sink {
+        let transfers: Vec<&Transfer> = finals.iter().map(|(t, _)| t).collect();
+        summary.webhooks = Some(crate::webhooks::check(sink, &transfers, a.drain_timeout, v).await);
     }
     summary
 }

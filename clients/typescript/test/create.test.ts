@@ -233,3 +233,35 @@ test("getTransfer of an unknown id rejects with 404 not-found", async () => {
 function optionsOf(c: PayrailClient) {
   return { baseUrl: c.baseUrl, apiKey: process.env.PAYRAIL_API_KEY! };
 }
+
+test("the caller's signal stops the retries; the error keeps the key", async () => {
+  const rec = recordingFetch(() => Promise.resolve(problemResponse(503, "unavailable", "30")));
+  const c = client({ fetch: rec.fetch });
+  const controller = new AbortController();
+  const started = Date.now();
+  setTimeout(() => controller.abort(), 200);
+  await assert.rejects(c.createTransfer(transferParams(), { signal: controller.signal }), (e: unknown) => {
+    assert.ok(e instanceof PayrailError);
+    assert.equal(e.type, "aborted");
+    assert.ok(e.idempotencyKey);
+    return true;
+  });
+  assert.ok(Date.now() - started < 5000, "did not wait out Retry-After: 30");
+  assert.equal(rec.calls.length, 1);
+});
+
+test("the last retryable answer is the error once retries run out", async () => {
+  const rec = recordingFetch(() => Promise.resolve(problemResponse(503, "overloaded", "0")));
+  const c = client({ fetch: rec.fetch, maxRetries: 2 });
+  await assert.rejects(c.createTransfer(transferParams()), (e: unknown) => {
+    assert.ok(e instanceof PayrailError);
+    assert.equal(e.status, 503);
+    assert.equal(e.slug, "overloaded");
+    assert.equal(e.retryAfter, 0);
+    assert.equal(e.attempts, 3);
+    return true;
+  });
+  assert.equal(rec.calls.length, 3);
+  assert.equal(new Set(rec.calls.map((s) => s.idempotencyKey)).size, 1);
+  assert.equal(new Set(rec.calls.map((s) => s.body)).size, 1);
+});

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { PayrailClient, PayrailError, TRANSFER_FIELDS, type Transfer } from "../src/index.js";
-import { client, problemResponse, recordingFetch, transferParams, transfersWithKey } from "./helpers.js";
+import { client, env, problemResponse, recordingFetch, transferParams, transfersWithKey } from "./helpers.js";
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -264,4 +264,26 @@ test("the last retryable answer is the error once retries run out", async () => 
   assert.equal(rec.calls.length, 3);
   assert.equal(new Set(rec.calls.map((s) => s.idempotencyKey)).size, 1);
   assert.equal(new Set(rec.calls.map((s) => s.body)).size, 1);
+});
+
+test("a real 429 rate-limited from the server is waited out and retried with the same key", async () => {
+  const statuses: number[] = [];
+  const rec = recordingFetch((_call, input, init) =>
+    fetch(input, init).then((res) => {
+      statuses.push(res.status);
+      return res;
+    }),
+  );
+  // This server lets a client make 1 request per second.
+  const c = new PayrailClient({ baseUrl: env("PAYRAIL_LIMITED_URL"), apiKey: env("PAYRAIL_API_KEY"), fetch: rec.fetch });
+  const first = await c.createTransfer(transferParams());
+  const second = await c.createTransfer(transferParams());
+  assert.equal(first.replayed, false);
+  assert.equal(second.replayed, false);
+  assert.ok(statuses.includes(429), `a 429 was answered: ${statuses.join(", ")}`);
+  assert.equal(statuses.at(-1), 201);
+  const secondCalls = rec.calls.filter((s) => s.idempotencyKey === second.idempotencyKey);
+  assert.ok(secondCalls.length >= 2);
+  assert.equal(new Set(secondCalls.map((s) => s.body)).size, 1);
+  assert.equal((await transfersWithKey(client(), second.idempotencyKey)).length, 1);
 });

@@ -239,7 +239,10 @@ impl ServeConfig {
             ("--relay-settle-batch", self.relay.relay_settle_batch),
             ("--shard-flushes", self.shard_flushes),
             ("--webhook-concurrency", self.webhooks.webhook_concurrency),
-            ("--webhook-response-bytes", self.webhooks.webhook_response_bytes),
+            (
+                "--webhook-response-bytes",
+                self.webhooks.webhook_response_bytes,
+            ),
             (
                 "--webhook-endpoints-max",
                 self.webhooks.webhook_endpoints_max.max(0) as usize,

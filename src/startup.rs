@@ -10,6 +10,7 @@ use actix_web::{middleware::from_fn, web, App, HttpServer};
 
 use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
+use crate::domain::webhook::AddressPolicy;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
 use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits};
@@ -18,7 +19,6 @@ use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
 use crate::webhook::sender::Sender;
 use crate::webhook::WebhookLimits;
-use crate::domain::webhook::AddressPolicy;
 
 /// A built, bound, not yet awaited engine.
 pub struct Application {

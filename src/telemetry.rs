@@ -159,7 +159,10 @@ fn describe_metrics() {
         "payrail_webhook_backlog",
         "Webhook deliveries neither delivered nor dead"
     );
-    describe_gauge!("payrail_webhook_dead", "Webhook deliveries that ran out of attempts or lost their endpoint");
+    describe_gauge!(
+        "payrail_webhook_dead",
+        "Webhook deliveries that ran out of attempts or lost their endpoint"
+    );
     describe_gauge!(
         "payrail_webhook_oldest_due_age_seconds",
         Unit::Seconds,

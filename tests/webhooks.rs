@@ -103,7 +103,8 @@ async fn endpoint_urls_are_checked_and_endpoints_belong_to_their_client() {
         "https://user:secret@example.com/hooks",
     ] {
         let res = post_json(&app, "/webhook_endpoints", &json!({ "url": url })).await;
-        let problem = assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        let problem =
+            assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
         assert_eq!(problem["errors"][0]["field"], "url", "{url}: {problem}");
     }
     let res = post_json(&app, "/webhook_endpoints", &json!({"url": 7, "extra": 1})).await;
@@ -114,7 +115,10 @@ async fn endpoint_urls_are_checked_and_endpoints_belong_to_their_client() {
         .iter()
         .map(|e| e["field"].as_str().unwrap())
         .collect();
-    assert!(fields.contains(&"url") && fields.contains(&"extra"), "{problem}");
+    assert!(
+        fields.contains(&"url") && fields.contains(&"extra"),
+        "{problem}"
+    );
 
     let res = post_json(
         &app,
@@ -125,7 +129,10 @@ async fn endpoint_urls_are_checked_and_endpoints_belong_to_their_client() {
     assert_eq!(res.status(), StatusCode::CREATED);
     let created: Value = res.json().await.unwrap();
     let secret = created["secret"].as_str().unwrap();
-    assert!(secret.starts_with("whsec_") && secret.len() == 6 + 44, "{secret}");
+    assert!(
+        secret.starts_with("whsec_") && secret.len() == 6 + 44,
+        "{secret}"
+    );
     assert_eq!(created["description"], "ledger");
 
     // The list never shows a secret.
@@ -149,7 +156,12 @@ async fn endpoint_urls_are_checked_and_endpoints_belong_to_their_client() {
         &json!({"url": "https://hooks.example.com/eleven"}),
     )
     .await;
-    assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "webhook-endpoint-limit").await;
+    assert_problem(
+        res,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "webhook-endpoint-limit",
+    )
+    .await;
 
     // Another client's endpoint is not found, for every verb.
     let id = created["id"].as_str().unwrap();
@@ -164,7 +176,10 @@ async fn endpoint_urls_are_checked_and_endpoints_belong_to_their_client() {
     assert_problem(res, StatusCode::NOT_FOUND, "not-found").await;
     let res = app
         .http
-        .post(format!("{}/webhook_endpoints/{id}/rotate_secret", app.address))
+        .post(format!(
+            "{}/webhook_endpoints/{id}/rotate_secret",
+            app.address
+        ))
         .bearer_auth(&other)
         .send()
         .await
@@ -226,9 +241,11 @@ async fn a_failing_receiver_gets_the_same_signed_event_until_it_accepts_it() {
     assert!(!signature_is_valid(other, &arrivals[3]));
 
     // The event's record says so.
-    wait_for("the delivery to be recorded", Duration::from_secs(5), || async {
-        events(&app, "?delivery=delivered").await.len() == 1
-    })
+    wait_for(
+        "the delivery to be recorded",
+        Duration::from_secs(5),
+        || async { events(&app, "?delivery=delivered").await.len() == 1 },
+    )
     .await;
     let listed = events(&app, "").await;
     assert_eq!(listed.len(), 1);
@@ -246,11 +263,19 @@ async fn a_failing_receiver_gets_the_same_signed_event_until_it_accepts_it() {
 
     // Another client sees none of it.
     let other_key = app.other_client().await;
-    let theirs: Value = app.get_as(&other_key, "/events").await.json().await.unwrap();
+    let theirs: Value = app
+        .get_as(&other_key, "/events")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(theirs["data"], json!([]));
     let res = app
         .http
-        .post(format!("{}/events/{}/redeliver", app.address, arrivals[0].id))
+        .post(format!(
+            "{}/events/{}/redeliver",
+            app.address, arrivals[0].id
+        ))
         .bearer_auth(&other_key)
         .send()
         .await
@@ -290,10 +315,14 @@ async fn gone_disables_the_endpoint_and_failed_transfers_are_announced_too() {
     assert_eq!(event["type"], "transfer.failed");
     assert_eq!(event["data"]["object"]["id"], failed.as_str());
 
-    wait_for("the endpoint to be disabled", Duration::from_secs(5), || async {
-        let list: Value = app.get("/webhook_endpoints").await.json().await.unwrap();
-        list["data"][0]["disabled_at"].is_string()
-    })
+    wait_for(
+        "the endpoint to be disabled",
+        Duration::from_secs(5),
+        || async {
+            let list: Value = app.get("/webhook_endpoints").await.json().await.unwrap();
+            list["data"][0]["disabled_at"].is_string()
+        },
+    )
     .await;
     let dead = events(&app, "?delivery=dead").await;
     assert_eq!(dead.len(), 1);
@@ -329,7 +358,10 @@ async fn a_receiver_that_never_answers_exhausts_the_schedule_and_redeliver_deliv
     let delivery = &event["deliveries"][0];
     assert_eq!(delivery["attempts"], 8);
     assert!(delivery["last_status"].is_null(), "{delivery}");
-    assert!(delivery["last_error"].as_str().unwrap().contains("timeout"), "{delivery}");
+    assert!(
+        delivery["last_error"].as_str().unwrap().contains("timeout"),
+        "{delivery}"
+    );
 
     receiver.set_mode(Mode::Status(200));
     let id = event["id"].as_str().unwrap();
@@ -385,18 +417,18 @@ async fn a_rotated_secret_signs_alongside_the_old_one() {
     })
     .await;
     let arrival = &receiver.accepted()[0];
-    assert_eq!(arrival.signature.split(' ').count(), 2, "{}", arrival.signature);
+    assert_eq!(
+        arrival.signature.split(' ').count(),
+        2,
+        "{}",
+        arrival.signature
+    );
     assert!(signature_is_valid(&new, arrival));
     assert!(signature_is_valid(&old, arrival));
 }
 
 /// Starts `serve` processes on one database with a receiver registered.
-async fn processes(
-    db: &str,
-    provider: &str,
-    n: usize,
-    tag: &str,
-) -> Vec<ServeProcess> {
+async fn processes(db: &str, provider: &str, n: usize, tag: &str) -> Vec<ServeProcess> {
     let flags = webhook_flags(provider, "1s", "4s");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut started = Vec::new();
@@ -465,9 +497,11 @@ async fn an_event_settled_before_a_sigkill_is_delivered_after_the_restart() {
     receiver.set_mode(Mode::Status(204));
 
     let serve = processes(&db, &sim.url(), 1, "kill-again").await.remove(0);
-    wait_for("the delivery after the restart", Duration::from_secs(30), || async {
-        !receiver.accepted().is_empty()
-    })
+    wait_for(
+        "the delivery after the restart",
+        Duration::from_secs(30),
+        || async { !receiver.accepted().is_empty() },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let accepted = receiver.accepted();
@@ -489,7 +523,8 @@ async fn two_processes_never_send_one_delivery_at_once() {
     // Slow answers keep attempts in flight long enough to overlap if two
     // processes held one delivery; the first half of the arrivals fail, so
     // deliveries are claimed again and again.
-    let receiver = Receiver::start(Mode::FailFirst(TRANSFERS / 2), Duration::from_millis(150)).await;
+    let receiver =
+        Receiver::start(Mode::FailFirst(TRANSFERS / 2), Duration::from_millis(150)).await;
     let serves = processes(&db, &sim.url(), 2, "pair").await;
     let (key, secret) = client_and_endpoint(&db, &serves[0].base, &receiver.url).await;
     let mut ids = Vec::new();
@@ -502,7 +537,11 @@ async fn two_processes_never_send_one_delivery_at_once() {
         distinct.len() == TRANSFERS
     })
     .await;
-    assert_eq!(receiver.overlapping(), 0, "no delivery was sent twice at once");
+    assert_eq!(
+        receiver.overlapping(),
+        0,
+        "no delivery was sent twice at once"
+    );
     let mut announced = std::collections::HashSet::new();
     for a in receiver.accepted() {
         assert!(signature_is_valid(&secret, &a));

@@ -58,7 +58,10 @@ impl Sink {
             .await
             .map_err(|e| format!("webhook sink GET /{path}: {}", error_chain(&e)))?;
         if !res.status().is_success() {
-            return Err(format!("webhook sink GET /{path} answered {}", res.status()));
+            return Err(format!(
+                "webhook sink GET /{path} answered {}",
+                res.status()
+            ));
         }
         res.json()
             .await
@@ -151,7 +154,10 @@ pub async fn check(
         v.push(f);
     }
     if n > REPORTED_ONE_BY_ONE {
-        v.push(format!("… {} more webhook findings", n - REPORTED_ONE_BY_ONE));
+        v.push(format!(
+            "… {} more webhook findings",
+            n - REPORTED_ONE_BY_ONE
+        ));
     }
     match sink.get::<SinkStats>("stats").await {
         Ok(stats) => {

@@ -91,7 +91,11 @@ pub struct CreateEndpoint {
     /// An `http` or `https` URL without credentials. Loopback, private and
     /// link-local addresses (and host names resolving to them) are refused
     /// unless the server runs with `--webhook-allow-private`.
-    #[schema(format = "uri", max_length = 2048, example = "https://example.com/payrail-hooks")]
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        example = "https://example.com/payrail-hooks"
+    )]
     url: String,
     /// At most 140 characters; null means absent.
     #[schema(max_length = 140, pattern = "^[^\\u0000]*$")]
@@ -394,15 +398,16 @@ pub async fn list_events(
     let starting_after = query
         .starting_after
         .as_deref()
-        .map(|raw| parse_event_id(raw).ok_or_else(|| invalid("starting_after", "must be an event id")))
+        .map(|raw| {
+            parse_event_id(raw).ok_or_else(|| invalid("starting_after", "must be an event id"))
+        })
         .transpose()?;
     let kind = query
         .kind
         .as_deref()
         .map(|raw| {
-            EventType::parse(raw).ok_or_else(|| {
-                invalid("type", "must be transfer.succeeded or transfer.failed")
-            })
+            EventType::parse(raw)
+                .ok_or_else(|| invalid("type", "must be transfer.succeeded or transfer.failed"))
         })
         .transpose()?;
     let delivery = query

@@ -7,13 +7,13 @@ use clap::Args;
 
 use super::dev_state::{self, DevState};
 use super::signals;
+use crate::domain::webhook::{
+    AddressPolicy, EndpointUrl, WebhookSecret, ENDPOINTS_PER_CLIENT_DEFAULT,
+};
 use crate::domain::{ApiKey, ClientId};
 use crate::pgcluster::{PgCluster, StopMode};
 use crate::sim::SimArgs;
 use crate::startup::Application;
-use crate::domain::webhook::{
-    AddressPolicy, EndpointUrl, WebhookSecret, ENDPOINTS_PER_CLIENT_DEFAULT,
-};
 use crate::store::Store;
 use crate::webhook::sink::SinkArgs;
 

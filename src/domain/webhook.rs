@@ -337,7 +337,12 @@ mod tests {
         mac.update(b"msg_1.1614265330.{\"test\": 2432232314}");
         let expected = format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()));
         assert_eq!(header, expected);
-        assert!(s.verify(&format!("v1,bogus {header}"), "msg_1", 1_614_265_330, b"{\"test\": 2432232314}"));
+        assert!(s.verify(
+            &format!("v1,bogus {header}"),
+            "msg_1",
+            1_614_265_330,
+            b"{\"test\": 2432232314}"
+        ));
         assert!(!s.verify(&header, "msg_1", 1_614_265_331, b"{\"test\": 2432232314}"));
         assert!(!s.verify(&header, "msg_1", 1_614_265_330, b"{\"test\": 1}"));
     }
@@ -386,7 +391,10 @@ mod tests {
         let id = Uuid::now_v7();
         assert_eq!(parse_event_id(&event_id_text(id)), Some(id));
         assert_eq!(parse_event_id(&id.to_string()), None);
-        assert_eq!(EventType::parse("transfer.failed"), Some(EventType::TransferFailed));
+        assert_eq!(
+            EventType::parse("transfer.failed"),
+            Some(EventType::TransferFailed)
+        );
         assert_eq!(EventType::parse("transfer.pending"), None);
     }
 }

@@ -561,13 +561,17 @@ impl Store {
             rows.iter()
                 .map(|r| {
                     let mut secrets = Vec::with_capacity(2);
-                    for text in [r.get::<_, Option<String>>("secret"), r.get("previous_secret")]
-                        .into_iter()
-                        .flatten()
+                    for text in [
+                        r.get::<_, Option<String>>("secret"),
+                        r.get("previous_secret"),
+                    ]
+                    .into_iter()
+                    .flatten()
                     {
-                        secrets.push(WebhookSecret::parse(&text).map_err(|e| {
-                            StoreError::Corrupt(format!("endpoint secret {e}"))
-                        })?);
+                        secrets
+                            .push(WebhookSecret::parse(&text).map_err(|e| {
+                                StoreError::Corrupt(format!("endpoint secret {e}"))
+                            })?);
                     }
                     let url: Option<String> = r.get("url");
                     Ok(ClaimedDelivery {

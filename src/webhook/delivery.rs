@@ -14,9 +14,7 @@ use super::schedule::RetrySchedule;
 use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
-use crate::store::webhooks::{
-    bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL,
-};
+use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
 use crate::store::Store;
 
 /// How often backlog figures are read for `/metrics`.
@@ -69,9 +67,11 @@ pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
     let schedule = RetrySchedule::scaled(limits.retry_scale);
     let wake = Arc::new(Notify::new());
     let heard = wake.clone();
-    let listener = tokio::spawn(store.clone().listen_forever(WEBHOOK_CHANNEL, None, move |_| {
-        heard.notify_one()
-    }));
+    let listener = tokio::spawn(
+        store
+            .clone()
+            .listen_forever(WEBHOOK_CHANNEL, None, move |_| heard.notify_one()),
+    );
     let _stop_listener = AbortOnDrop(listener);
 
     let mut in_flight: JoinSet<(ClaimedDelivery, DeliverySettlement)> = JoinSet::new();
@@ -94,7 +94,9 @@ pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
                         });
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "webhook claim failed; retrying on the next wake"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook claim failed; retrying on the next wake")
+                }
             }
         }
         tokio::select! {
@@ -131,7 +133,12 @@ async fn attempt(
     };
     let started = Instant::now();
     let answer = sender
-        .send(url, &event_id_text(claim.event_id), &claim.body, &claim.secrets)
+        .send(
+            url,
+            &event_id_text(claim.event_id),
+            &claim.body,
+            &claim.secrets,
+        )
         .await;
     let settlement = settlement_of(claim, &answer, schedule);
     metrics::histogram!("payrail_webhook_delivery_seconds").record(started.elapsed().as_secs_f64());
@@ -198,7 +205,10 @@ mod tests {
             settlement_of(&claim(1), &answered(204), s),
             DeliverySettlement::Delivered { status: 204 }
         );
-        assert_eq!(settlement_of(&claim(1), &answered(410), s), DeliverySettlement::Gone);
+        assert_eq!(
+            settlement_of(&claim(1), &answered(410), s),
+            DeliverySettlement::Gone
+        );
         assert!(matches!(
             settlement_of(&claim(1), &answered(500), s),
             DeliverySettlement::Retry { status: Some(500), ref error, .. } if error == "HTTP 500: nope"
@@ -214,7 +224,10 @@ mod tests {
         ));
         assert!(matches!(
             settlement_of(&claim(8), &answered(500), s),
-            DeliverySettlement::Dead { status: Some(500), .. }
+            DeliverySettlement::Dead {
+                status: Some(500),
+                ..
+            }
         ));
     }
 }

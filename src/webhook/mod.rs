@@ -11,7 +11,6 @@ pub mod sink;
 
 use std::time::Duration;
 
-
 /// Bounds of the delivery worker.
 #[derive(Debug, Clone)]
 pub struct WebhookLimits {

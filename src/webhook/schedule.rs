@@ -61,7 +61,10 @@ mod tests {
         let s = RetrySchedule::scaled(1.0);
         for (i, nominal) in SCHEDULE.iter().enumerate() {
             let d = s.after_failure(i as i32 + 1, None).unwrap();
-            assert!(d >= nominal.mul_f64(0.8) && d <= nominal.mul_f64(1.2), "{d:?}");
+            assert!(
+                d >= nominal.mul_f64(0.8) && d <= nominal.mul_f64(1.2),
+                "{d:?}"
+            );
         }
         assert_eq!(s.after_failure(ATTEMPTS_MAX, None), None);
         assert_eq!(ATTEMPTS_MAX, 8);

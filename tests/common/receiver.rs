@@ -88,7 +88,8 @@ async fn arrive(rx: web::Data<Receiver>, req: HttpRequest, body: web::Bytes) -> 
     if let Some(at) = s.in_flight.iter().position(|i| *i == id) {
         s.in_flight.remove(at);
     }
-    HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).body("receiver says")
+    HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+        .body("receiver says")
 }
 
 impl Receiver {

@@ -261,6 +261,20 @@ async fn a_failing_receiver_gets_the_same_signed_event_until_it_accepts_it() {
     let res = app.get("/events?type=transfer.pending").await;
     assert_problem(res, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
 
+    // /metrics counts the outcomes and shows the backlog (the recorder is
+    // shared by every test of this process, so no exact counts).
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    for needle in [
+        "payrail_webhook_deliveries_total{outcome=\"retry\"}",
+        "payrail_webhook_deliveries_total{outcome=\"delivered\"}",
+        "payrail_webhook_delivery_seconds",
+        "payrail_webhook_backlog",
+        "payrail_webhook_dead",
+        "payrail_webhook_oldest_due_age_seconds",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from /metrics");
+    }
+
     // Another client sees none of it.
     let other_key = app.other_client().await;
     let theirs: Value = app

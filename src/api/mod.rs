@@ -8,6 +8,7 @@ mod middleware;
 pub mod openapi;
 mod ops;
 pub mod problem;
+mod query;
 mod rate_limit;
 mod strict_json;
 mod transfers;

@@ -6,15 +6,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::body::{idempotency_key, parse_transfer, read_limited, require_json};
+use super::query::{self, invalid};
 use super::{ApiError, AppState, Caller};
-use crate::domain::{BodyDigest, FieldError, Fingerprint, Transfer, TransferView};
+use crate::domain::{BodyDigest, Fingerprint, Transfer, TransferView};
 use crate::shard::Verdict;
 use crate::store::{KeyWrite, StoredAnswer};
-
-/// Page size when `limit` is absent.
-const PAGE_LIMIT_DEFAULT: i64 = 20;
-/// Largest page.
-const PAGE_LIMIT_MAX: i64 = 100;
 
 /// Creates a transfer, or replays the first answer for this Idempotency-Key.
 #[utoipa::path(
@@ -177,22 +173,8 @@ pub async fn list(
     caller: Caller,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let invalid = |field: &str, message: &str| {
-        ApiError::ValidationFailed(vec![FieldError {
-            field: field.into(),
-            message: message.into(),
-        }])
-    };
-    let query: ListQuery = serde_urlencoded::from_str(req.query_string())
-        .map_err(|_| invalid("query", "must be a URL-encoded query string"))?;
-    let limit = match query.limit.as_deref() {
-        None => PAGE_LIMIT_DEFAULT,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
-            .ok_or_else(|| invalid("limit", "must be an integer from 1 to 100"))?,
-    };
+    let query: ListQuery = query::parse(req.query_string())?;
+    let limit = query::page_limit(query.limit.as_deref())?;
     let cursor = query
         .starting_after
         .as_deref()

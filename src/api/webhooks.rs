@@ -9,19 +9,15 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::body::{parse_endpoint, read_limited, require_json};
+use super::query::{self, invalid};
 use super::{ApiError, AppState, Caller};
 use crate::domain::webhook::{event_id_text, parse_event_id, EventType, WebhookSecret};
-use crate::domain::FieldError;
 use crate::store::webhooks::{
     DeliveryRecord, DeliveryState, Endpoint, EndpointRefused, EventFilter, EventRecord,
 };
 
 /// How long the previous secret keeps signing after a rotation.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
-/// Page size of `GET /events` when `limit` is absent.
-const PAGE_LIMIT_DEFAULT: i64 = 20;
-/// Largest page of `GET /events`.
-const PAGE_LIMIT_MAX: i64 = 100;
 
 fn ts(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
@@ -201,13 +197,6 @@ pub struct Redelivery {
     pub deliveries_due: u64,
 }
 
-fn invalid(field: &str, message: &str) -> ApiError {
-    ApiError::ValidationFailed(vec![FieldError {
-        field: field.into(),
-        message: message.into(),
-    }])
-}
-
 /// Registers an endpoint for the caller's final transfer statuses.
 #[utoipa::path(
     post, path = "/webhook_endpoints", tag = "webhooks",
@@ -385,16 +374,8 @@ pub async fn list_events(
     caller: Caller,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let query: EventQuery = serde_urlencoded::from_str(req.query_string())
-        .map_err(|_| invalid("query", "must be a URL-encoded query string"))?;
-    let limit = match query.limit.as_deref() {
-        None => PAGE_LIMIT_DEFAULT,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
-            .ok_or_else(|| invalid("limit", "must be an integer from 1 to 100"))?,
-    };
+    let query: EventQuery = query::parse(req.query_string())?;
+    let limit = query::page_limit(query.limit.as_deref())?;
     let starting_after = query
         .starting_after
         .as_deref()

@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
 import { createHmac, randomBytes } from "node:crypto";
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 
 import { PayrailClient, WebhookVerificationError, signWebhook, verifyWebhook } from "../src/index.js";
+import { baseUrl, client, env, transferParams } from "./helpers.js";
 
 // Signed here independently of the SDK, with node:crypto, the way the
 // engine signs deliveries (Standard Webhooks 1.0).
@@ -93,4 +96,98 @@ test("verifyWebhook rejects missing headers, other versions and garbage signatur
 test("signWebhook signs as node:crypto does", async () => {
   const ts = now();
   assert.equal(await signWebhook(secret, "evt_1", ts, event), sign("evt_1", ts, event));
+});
+
+/** One request the receiver got: its headers and its body's bytes, untouched. */
+interface Received {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+test("verifyWebhook accepts a real delivery from the engine, and rejects it tampered or with another secret", async () => {
+  const received: Received[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      received.push({ method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks) });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const auth = { Authorization: `Bearer ${env("PAYRAIL_API_KEY")}` };
+  let endpointId: string | undefined;
+  try {
+    const registered = await fetch(`${baseUrl()}/webhook_endpoints`, {
+      method: "POST",
+      headers: { ...auth, "Content-Type": "application/json" },
+      body: JSON.stringify({ url: `http://127.0.0.1:${port}/hooks` }),
+    });
+    const endpoint = (await registered.json()) as { id: string; secret: string };
+    assert.equal(registered.status, 201, JSON.stringify(endpoint));
+    endpointId = endpoint.id;
+    const secret = endpoint.secret;
+    assert.match(secret, /^whsec_[A-Za-z0-9+/]+={0,2}$/);
+
+    const { transfer } = await client().createTransfer(transferParams());
+
+    // Other tests' transfers of the same client are announced here too:
+    // wait for the one whose event is about this transfer.
+    const isOurs = (r: Received) => {
+      try {
+        return (JSON.parse(r.body.toString("utf8")) as { data?: { object?: { id?: string } } }).data?.object?.id === transfer.id;
+      } catch {
+        return false;
+      }
+    };
+    const deadline = Date.now() + 20_000;
+    let delivery: Received | undefined;
+    while (!(delivery = received.find(isOurs)) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.ok(delivery, `no delivery about transfer ${transfer.id} within 20 s (${received.length} other deliveries)`);
+    assert.equal(delivery.method, "POST");
+    assert.equal(delivery.url, "/hooks");
+
+    // The headers as Node parsed them and the raw bytes, as a receiver has them.
+    const event = (await verifyWebhook(secret, delivery.headers, delivery.body)) as {
+      id: string;
+      type: string;
+      data: { object: { id: string; status: string } };
+    };
+    assert.deepEqual(event, JSON.parse(delivery.body.toString("utf8")));
+    assert.equal(event.id, delivery.headers["webhook-id"]);
+    assert.match(event.id, /^evt_/);
+    assert.equal(event.data.object.id, transfer.id);
+    assert.equal(event.type, `transfer.${event.data.object.status}`);
+    // The same delivery as text, and its headers as a fetch Headers.
+    const asText = delivery.body.toString("utf8");
+    const fetchHeaders = new Headers(
+      Object.entries(delivery.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(", ") : (v ?? "")] as [string, string]),
+    );
+    assert.deepEqual(await verifyWebhook(secret, fetchHeaders, asText), event);
+
+    // One byte of the body changed (inside the transfer id): rejected.
+    const tampered = Buffer.from(delivery.body);
+    const at = tampered.indexOf(transfer.id) + transfer.id.length - 1;
+    assert.ok(at > 0);
+    tampered[at] = tampered[at] === 0x30 ? 0x31 : 0x30;
+    assert.notDeepEqual(tampered, delivery.body);
+    await rejects(verifyWebhook(secret, delivery.headers, tampered));
+    // Another secret: rejected.
+    await rejects(verifyWebhook(`whsec_${randomBytes(32).toString("base64")}`, delivery.headers, delivery.body));
+  } finally {
+    // No more deliveries to a receiver that is going away.
+    if (endpointId !== undefined) {
+      await fetch(`${baseUrl()}/webhook_endpoints/${endpointId}`, { method: "DELETE", headers: auth }).then((r) => r.body?.cancel());
+    }
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 });

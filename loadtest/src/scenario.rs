@@ -394,6 +394,19 @@ fn judge(
         }
         return Next::Retry;
     }
+    // 408: the request did not arrive in time, so nothing was stored; the
+    // same key is retried. The body timeout answers problem+json; the HTTP
+    // layer's head timeout (say, after the server was paused with the head
+    // already in its socket) answers with an empty body.
+    if status == 408 {
+        let ty = answer.problem_type();
+        if !answer.body.is_empty() && ty.as_deref() != Some("/problems/request-timeout") {
+            violation(format!(
+                "408 with problem type {ty:?}, expected /problems/request-timeout or no body"
+            ));
+        }
+        return Next::Retry;
+    }
     if (500..600).contains(&status) {
         violation(format!("unexpected status {status}; retried"));
         return Next::Retry;
@@ -688,6 +701,34 @@ mod tests {
         let v = violations(&ctx);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("201 Location"), "{v:?}");
+    }
+
+    #[test]
+    fn a_408_is_retried_with_a_problem_or_no_body_and_anything_else_is_a_violation() {
+        let (ctx, it) = (ctx(), factory("unique=1").make(1));
+        let bare = Answer {
+            body: Bytes::new(),
+            ..problem(408, "x")
+        };
+        for answer in [problem(408, "request-timeout"), bare] {
+            assert!(matches!(
+                judge(&ctx, &it, Phase::Create, &answer, 0, false),
+                Next::Retry
+            ));
+        }
+        assert_eq!(violations(&ctx), Vec::<String>::new());
+        assert!(matches!(
+            judge(
+                &ctx,
+                &it,
+                Phase::Create,
+                &problem(408, "unavailable"),
+                0,
+                false
+            ),
+            Next::Retry
+        ));
+        assert_eq!(violations(&ctx).len(), 1);
     }
 
     #[test]

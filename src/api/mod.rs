@@ -10,6 +10,7 @@ mod ops;
 pub mod problem;
 mod query;
 mod rate_limit;
+mod schemas;
 mod strict_json;
 mod transfers;
 mod webhooks;
@@ -82,7 +83,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(get_only("/healthz", ops::healthz))
     .service(get_only("/readyz", ops::readyz))
     .service(get_only("/metrics", ops::metrics))
-    .service(get_only("/openapi.json", ops::openapi))
+    .service(get_only("/openapi.json", openapi::serve))
     .default_service(web::to(ops::not_found));
 }
 

@@ -39,7 +39,7 @@ impl ReadinessCache {
 
 /// 200 while the process runs.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses(
-    (status = 200, description = "The process runs: `{\"status\": \"ok\"}`", body = super::openapi::OpsStatus, content_type = "application/json"),
+    (status = 200, description = "The process runs: `{\"status\": \"ok\"}`", body = super::schemas::OpsStatus, content_type = "application/json"),
 ))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
@@ -47,7 +47,7 @@ pub async fn healthz() -> HttpResponse {
 
 /// 200 when Postgres answers and the schema is current, else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "Ready: `{\"status\": \"ready\"}`", body = super::openapi::OpsStatus, content_type = "application/json"),
+    (status = 200, description = "Ready: `{\"status\": \"ready\"}`", body = super::schemas::OpsStatus, content_type = "application/json"),
     (status = 503, description = "unavailable: Postgres does not answer or the schema is not current", body = crate::api::problem::Problem, content_type = "application/problem+json",
         headers(("Retry-After" = u32, description = "Seconds to wait before asking again"))),
 ))]
@@ -66,12 +66,6 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render())
-}
-
-/// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", body = Object, content_type = "application/json")))]
-pub async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(super::openapi::document())
 }
 
 /// Unknown paths.

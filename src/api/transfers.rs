@@ -15,7 +15,7 @@ use crate::store::{KeyWrite, StoredAnswer};
 /// Creates a transfer, or replays the first answer for this Idempotency-Key.
 #[utoipa::path(
     post, path = "/transfers", tag = "transfers",
-    request_body(content = crate::api::openapi::CreateTransfer, content_type = "application/json",
+    request_body(content = super::schemas::CreateTransfer, content_type = "application/json",
         description = "Unknown fields are rejected; at most 64 KiB (413 beyond)."),
     params(("Idempotency-Key" = String, Header,
         description = "1-255 visible ASCII characters (0x21-0x7E), bare or as a quoted Structured Field string (`\"...\"`, with `\\\"` and `\\\\` escapes) naming the same key; a bare key cannot start with `\"`. A UUID v4 chosen before the first attempt is recommended. Missing: 400 idempotency-key-missing; malformed or repeated: 400 idempotency-key-invalid.",

@@ -74,6 +74,11 @@ pub struct ServeConfig {
     /// How long an idempotency key is remembered.
     #[arg(long, env = "PAYRAIL_KEY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
     pub key_retention: Duration,
+    /// How long webhook events (`GET /events`) are kept once every delivery
+    /// of theirs is finished; the reaper then deletes them with their
+    /// delivery records. An event with a delivery still to make is kept.
+    #[arg(long, env = "PAYRAIL_EVENT_RETENTION", default_value = "30days", value_parser = humantime::parse_duration)]
+    pub event_retention: Duration,
     /// How long an attempt waits for its key's write before `409 request-in-progress`.
     #[arg(long, env = "PAYRAIL_COALESCE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub coalesce_timeout: Duration,
@@ -280,6 +285,13 @@ impl ServeConfig {
                 humantime::format_duration(KEY_RETENTION_MIN),
                 humantime::format_duration(KEY_RETENTION_MAX),
                 humantime::format_duration(self.key_retention)
+            ));
+        }
+        if !(KEY_RETENTION_MIN..=KEY_RETENTION_MAX).contains(&self.event_retention) {
+            return Err(format!(
+                "--event-retention must be between {} and {}",
+                humantime::format_duration(KEY_RETENTION_MIN),
+                humantime::format_duration(KEY_RETENTION_MAX),
             ));
         }
         if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {

@@ -1,12 +1,16 @@
-//! The reaper actor: deletes idempotency-key rows past retention in bounded
-//! batches. Correctness never depends on it (an expired row is replaced by
-//! the next write of its key); it only keeps the table from growing forever.
+//! The reaper actor: deletes idempotency-key rows past `--key-retention`
+//! and finished webhook events past `--event-retention`, in bounded
+//! batches. Correctness never depends on it (an expired key row is replaced
+//! by the next write of its key; an event is only deleted once nothing is
+//! left to deliver); it keeps those tables from growing forever.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 
-use crate::store::Store;
+use crate::domain::webhook::event_id_floor;
+use crate::store::{Store, StoreError};
 
 /// Bounds of the reaper.
 #[derive(Debug, Clone, Copy)]
@@ -15,11 +19,13 @@ pub struct ReaperLimits {
     pub interval: Duration,
     /// Rows per DELETE.
     pub batch_rows_max: i64,
-    /// DELETE statements per tick.
+    /// DELETE statements per tick, per table.
     pub batches_per_tick_max: usize,
+    /// Age past which a finished webhook event is deleted.
+    pub event_retention: Duration,
 }
 
-/// Deletes expired key rows on a timer; one tick at a time.
+/// Deletes expired key rows and old events on a timer; one tick at a time.
 pub struct Reaper {
     store: Store,
     limits: ReaperLimits,
@@ -44,31 +50,59 @@ impl Reaper {
         let store = self.store.clone();
         let limits = self.limits;
         let work = async move {
-            let mut deleted = 0u64;
-            for _ in 0..limits.batches_per_tick_max {
-                match store.delete_expired_keys(limits.batch_rows_max).await {
-                    Ok(n) => {
-                        deleted += n;
-                        if (n as i64) < limits.batch_rows_max {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reaper tick failed; will retry next tick");
-                        break;
-                    }
-                }
-            }
-            deleted
+            let keys = reap(limits, "idempotency keys", |batch| {
+                store.delete_expired_keys(batch)
+            })
+            .await;
+            let before = event_id_floor(SystemTime::now() - limits.event_retention);
+            let events = reap(limits, "webhook events", |batch| {
+                store.delete_old_events(before, batch)
+            })
+            .await;
+            (keys, events)
         };
-        ctx.spawn(work.into_actor(self).map(|deleted, reaper, _| {
+        ctx.spawn(work.into_actor(self).map(|(keys, events), reaper, _| {
             reaper.busy = false;
-            if deleted > 0 {
-                tracing::info!(deleted, "reaped expired idempotency keys");
+            if keys > 0 || events > 0 {
+                tracing::info!(
+                    keys,
+                    events,
+                    "reaped expired idempotency keys and old events"
+                );
             }
-            metrics::counter!("payrail_reaped_keys_total").increment(deleted);
+            metrics::counter!("payrail_reaped_keys_total").increment(keys);
+            metrics::counter!("payrail_reaped_events_total").increment(events);
         }));
     }
+}
+
+/// Runs `delete` batch after batch until one comes back short or the tick's
+/// budget is spent; a failure ends the tick (the next one tries again).
+async fn reap<F, Fut>(limits: ReaperLimits, what: &str, delete: F) -> u64
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = Result<u64, StoreError>>,
+{
+    let mut deleted = 0u64;
+    for _ in 0..limits.batches_per_tick_max {
+        match delete(limits.batch_rows_max).await {
+            Ok(n) => {
+                assert!(
+                    n <= limits.batch_rows_max as u64,
+                    "a batch deletes at most its size"
+                );
+                deleted += n;
+                if (n as i64) < limits.batch_rows_max {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, what, "reaper tick failed; will retry next tick");
+                break;
+            }
+        }
+    }
+    deleted
 }
 
 impl Actor for Reaper {

@@ -123,6 +123,7 @@ impl Application {
             interval: config.reaper_interval,
             batch_rows_max: config.reaper_batch,
             batches_per_tick_max: config.reaper_batches_per_tick,
+            event_retention: config.event_retention,
         };
         let reaper_store = store.clone();
         let reaper = Reaper::start_in_arbiter(&reaper_arbiter.handle(), move |_| {

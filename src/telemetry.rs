@@ -155,6 +155,10 @@ fn describe_metrics() {
         "payrail_reaped_keys_total",
         "Expired idempotency keys deleted by the reaper"
     );
+    describe_counter!(
+        "payrail_reaped_events_total",
+        "Webhook events past --event-retention deleted by the reaper, with their delivery records"
+    );
     describe_gauge!(
         "payrail_webhook_backlog",
         "Webhook deliveries neither delivered nor dead"

@@ -566,3 +566,69 @@ async fn two_processes_never_send_one_delivery_at_once() {
     assert_eq!(announced, expected, "one event per transfer, all delivered");
     drop(serves);
 }
+
+#[actix_web::test]
+async fn finished_events_past_retention_are_reaped_and_pending_ones_kept() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    // A schedule scaled to 1/100: after its first failure a delivery waits
+    // about 50 ms, then minutes, so it is still pending when the reaper runs.
+    let mut flags = webhook_flags(&sim.url(), "300ms", "3s");
+    let scale = flags
+        .iter()
+        .position(|f| f == "--webhook-retry-scale")
+        .unwrap();
+    flags[scale + 1] = "0.01".into();
+    flags.extend(["--event-retention", "1s"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let app = spawn_app_with(&fresh_database().await, &flags).await;
+    let receiver = Receiver::start(Mode::Status(204), Duration::ZERO).await;
+    register(&app, &receiver.url).await;
+
+    create_transfer(&app, "acc_bob").await;
+    wait_for("the first delivery", Duration::from_secs(20), || async {
+        events(&app, "?delivery=delivered").await.len() == 1
+    })
+    .await;
+    let delivered = events(&app, "").await[0]["id"].as_str().unwrap().to_owned();
+
+    receiver.set_mode(Mode::Status(500));
+    create_transfer(&app, "acc_carol").await;
+    wait_for("two failed attempts", Duration::from_secs(20), || async {
+        receiver.arrivals().len() >= 3
+    })
+    .await;
+    let pending = events(&app, "?delivery=pending").await;
+    assert_eq!(
+        pending.len(),
+        1,
+        "the second event still has a delivery to make"
+    );
+    let pending = pending[0]["id"].as_str().unwrap().to_owned();
+
+    // Both are now older than --event-retention; only the finished one goes.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.reaper.send(payrail::reaper::ReapNow).await.unwrap();
+    wait_for(
+        "the finished event to be reaped",
+        Duration::from_secs(10),
+        || async { events(&app, "").await.len() == 1 },
+    )
+    .await;
+    let left = events(&app, "").await;
+    assert_eq!(left[0]["id"], pending.as_str());
+    assert_eq!(app.count("webhook_events").await, 1);
+    assert_eq!(
+        app.count("webhook_deliveries").await,
+        1,
+        "the reaped event's delivery record went with it"
+    );
+    let res = app
+        .http
+        .post(format!("{}/events/{delivered}/redeliver", app.address))
+        .bearer_auth(&app.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(res, StatusCode::NOT_FOUND, "not-found").await;
+    assert_eq!(app.count("transfers").await, 2, "transfers are kept");
+}

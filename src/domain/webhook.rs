@@ -257,6 +257,23 @@ pub fn parse_event_id(text: &str) -> Option<Uuid> {
     Uuid::parse_str(text.strip_prefix(EVENT_ID_PREFIX)?).ok()
 }
 
+/// The smallest UUID v7 of the millisecond `at`: every event id made at
+/// or after `at` sorts at or above it (Postgres compares uuids byte by
+/// byte, and a v7 id starts with its Unix milliseconds), so "older than"
+/// is a range of the id index and needs no index of its own.
+pub fn event_id_floor(at: std::time::SystemTime) -> Uuid {
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    bytes[6] = 0x70; // version 7
+    bytes[8] = 0x80; // RFC 9562 variant
+    let floor = Uuid::from_bytes(bytes);
+    debug_assert_eq!(floor.get_version_num(), 7);
+    floor
+}
+
 /// An event about to be written: its id, type and the exact body every
 /// delivery attempt sends.
 #[derive(Debug, Clone)]
@@ -396,5 +413,24 @@ mod tests {
             Some(EventType::TransferFailed)
         );
         assert_eq!(EventType::parse("transfer.pending"), None);
+    }
+
+    #[test]
+    fn the_id_floor_separates_older_events_from_newer_ones() {
+        use std::time::{Duration, SystemTime};
+        let before = SystemTime::now() - Duration::from_millis(2);
+        let id = Uuid::now_v7();
+        let after = SystemTime::now() + Duration::from_millis(2);
+        assert!(
+            event_id_floor(before) <= id,
+            "an id made after the floor is above it"
+        );
+        assert!(
+            event_id_floor(after) > id,
+            "an id made before the floor is below it"
+        );
+        assert_eq!(event_id_floor(after).get_version_num(), 7);
+        // Byte order is the order Postgres compares uuids in.
+        assert!(event_id_floor(before).as_bytes() < id.as_bytes());
     }
 }

@@ -249,6 +249,25 @@ UPDATE webhook_deliveries SET dead_at = now(), locked_until = NULL,
     last_error = COALESCE(last_error, 'endpoint disabled: a delivery was answered 410 Gone')
 WHERE endpoint_id = ANY($1) AND delivered_at IS NULL AND dead_at IS NULL";
 
+/// Deletes up to `$2` events made before `$1` (an id floor: event ids are
+/// UUID v7) with their delivery records, skipping any event that still has
+/// a delivery to make. `FOR UPDATE SKIP LOCKED` leaves alone an event that
+/// a redelivery holds (it takes `FOR SHARE`), so a revived delivery is never
+/// deleted under it, and two reapers never wait on each other.
+const DELETE_OLD_EVENTS: &str = "
+WITH old AS (
+    SELECT e.id FROM webhook_events e
+    WHERE e.id < $1
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                      WHERE d.event_id = e.id AND d.delivered_at IS NULL AND d.dead_at IS NULL)
+    ORDER BY e.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deliveries AS (
+    DELETE FROM webhook_deliveries d USING old WHERE d.event_id = old.id
+)
+DELETE FROM webhook_events e USING old WHERE e.id = old.id";
+
 /// Most characters of a receiver's answer kept in `last_error`.
 const ERROR_CHARS_MAX: usize = 255;
 
@@ -520,17 +539,20 @@ impl Store {
         client: ClientId,
         event_id: Uuid,
     ) -> Result<Option<u64>, StoreError> {
-        self.with_client(|conn| async move {
-            let found = conn
+        self.with_client(|mut conn| async move {
+            let tx = conn.transaction().await?;
+            // FOR SHARE: the reaper skips an event held here, and an event
+            // it has just deleted is not found (404) rather than revived.
+            let found = tx
                 .query_opt(
-                    "SELECT 1 FROM webhook_events WHERE client_id = $1 AND id = $2",
+                    "SELECT 1 FROM webhook_events WHERE client_id = $1 AND id = $2 FOR SHARE",
                     &[&client.0, &event_id],
                 )
                 .await?;
             if found.is_none() {
                 return Ok(None);
             }
-            let n = conn
+            let n = tx
                 .execute(
                     "UPDATE webhook_deliveries d SET next_attempt_at = now(), dead_at = NULL, \
                      attempts_base = d.attempts \
@@ -541,10 +563,22 @@ impl Store {
                 )
                 .await?;
             if n > 0 {
-                conn.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+                tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
                     .await?;
             }
+            tx.commit().await?;
             Ok(Some(n))
+        })
+        .await
+    }
+
+    /// Deletes up to `batch` events made before `before` whose deliveries
+    /// are all finished (delivered or dead), with those delivery records;
+    /// returns how many events went.
+    pub async fn delete_old_events(&self, before: Uuid, batch: i64) -> Result<u64, StoreError> {
+        self.with_client(|conn| async move {
+            let stmt = conn.prepare_cached(DELETE_OLD_EVENTS).await?;
+            Ok(conn.execute(&stmt, &[&before, &batch]).await?)
         })
         .await
     }

@@ -8,6 +8,7 @@ mod args;
 mod ceiling;
 mod client;
 mod load;
+mod record;
 mod report;
 mod run;
 mod scenario;

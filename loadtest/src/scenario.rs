@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::args::{Mix, Scenario};
 use crate::client::{Answer, Api, Failure, Transfer, TransferBody};
-use crate::report::{Recorder, Violations, ERROR, TIMEOUT};
+use crate::record::{Recorder, Violations, ERROR, TIMEOUT};
 
 /// Currencies drawn for bodies; all active ISO 4217 codes.
 const CURRENCIES: [&str; 5] = ["USD", "EUR", "JPY", "GBP", "CHF"];

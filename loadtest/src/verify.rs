@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::client::{Api, PayoutRecord, Sim, SimStats, Transfer};
-use crate::report::Violations;
+use crate::record::Violations;
 use crate::scenario::Intent;
 
 /// Timeout of one read; reads are cheap, so this only bounds a stuck server.

@@ -7,6 +7,8 @@
 mod args;
 mod ceiling;
 mod client;
+mod intent;
+mod judge;
 mod load;
 mod record;
 mod report;

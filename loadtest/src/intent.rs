@@ -11,8 +11,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::args::{Mix, Scenario};
 use crate::client::TransferBody;
+use crate::mix::{Mix, Scenario};
 
 /// Currencies drawn for bodies; all active ISO 4217 codes.
 const CURRENCIES: [&str; 5] = ["USD", "EUR", "JPY", "GBP", "CHF"];

@@ -5,9 +5,9 @@
 
 use uuid::Uuid;
 
-use crate::args::Scenario;
 use crate::client::{Answer, Transfer};
 use crate::intent::Intent;
+use crate::mix::Scenario;
 use crate::record::Violations;
 
 /// What an attempt's answer is expected to be.

@@ -10,6 +10,8 @@ mod client;
 mod intent;
 mod judge;
 mod load;
+mod loopback;
+mod mix;
 mod record;
 mod report;
 mod run;

@@ -8,10 +8,10 @@ use bytes::Bytes;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::args::Scenario;
 use crate::client::{Api, Failure};
 use crate::intent::{changed_amount, Intent};
 use crate::judge::{judge, End, Next, Phase};
+use crate::mix::Scenario;
 use crate::record::{Recorder, Violations, ERROR, TIMEOUT};
 
 /// First delay between retries that got no `Retry-After`; doubles per attempt.

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use url::Url;
 
 use crate::args::Args;
-use crate::report::{Invariants, Percentiles, Recorder, Report, Violations, ERROR, TIMEOUT};
+use crate::record::{Recorder, Violations, ERROR, TIMEOUT};
+use crate::report::{Invariants, Percentiles, Report};
 
 /// Closed loop of `--concurrency` workers against `{target}/healthz` for
 /// `--duration` or `--requests` requests; anything but `200` is a violation.

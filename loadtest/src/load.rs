@@ -9,7 +9,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::scenario::{run_intent, Ctx, Intent, IntentFactory};
+use crate::intent::{Intent, IntentFactory};
+use crate::scenario::{run_intent, Ctx};
 
 /// How intents are started.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,7 +7,12 @@
 mod args;
 mod ceiling;
 mod client;
+mod intent;
+mod judge;
 mod load;
+mod loopback;
+mod mix;
+mod record;
 mod report;
 mod run;
 mod scenario;

@@ -10,11 +10,14 @@ use clap::Parser;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::args::{check_loopback_url, Args, Scenario};
+use crate::args::Args;
 use crate::client::{http_client, Api, Sim};
+use crate::intent::IntentFactory;
 use crate::load::{self, Limits, Mode};
+use crate::loopback::check_loopback_url;
+use crate::mix::Scenario;
 use crate::report::{Invariants, Percentiles, Report};
-use crate::scenario::{Ctx, IntentFactory};
+use crate::scenario::Ctx;
 use crate::verify::{self, Audit};
 
 /// Most reads in flight while auditing.

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::client::{Api, PayoutRecord, Sim, SimStats, Transfer};
-use crate::report::Violations;
-use crate::scenario::Intent;
+use crate::intent::Intent;
+use crate::record::Violations;
 
 /// Timeout of one read; reads are cheap, so this only bounds a stuck server.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);

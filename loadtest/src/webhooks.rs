@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::client::{error_chain, Transfer};
-use crate::report::Violations;
+use crate::record::Violations;
 
 /// Pause between polls of the sink.
 const POLL: Duration = Duration::from_millis(250);

@@ -1,4 +1,4 @@
-//! The one way this crate takes a `Mutex`.
+//! The one way payrail and its load generator take a `Mutex`.
 
 use std::sync::{Mutex, MutexGuard};
 

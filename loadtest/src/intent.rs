@@ -139,7 +139,7 @@ impl Intent {
 
     /// Locks its state; nothing panics while it is held.
     pub fn state(&self) -> std::sync::MutexGuard<'_, IntentState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        payrail::sync::lock(&self.state)
     }
 }
 

@@ -9,6 +9,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use payrail::sync::lock;
+
 use crate::intent::{Intent, IntentFactory};
 use crate::scenario::{run_intent, Ctx};
 
@@ -155,8 +157,4 @@ pub async fn run(
         dropped,
         stuck,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

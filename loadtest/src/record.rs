@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use payrail::sync::lock;
 
 /// Longest latency the histograms hold exactly; longer ones saturate. One
 /// hour is far beyond any bounded attempt.
@@ -60,7 +61,7 @@ impl Default for Recorder {
 impl Recorder {
     fn lock(&self) -> std::sync::MutexGuard<'_, Figures> {
         // Nothing panics while holding it; a poisoned lock still has sound counts.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Counts one attempt under `status` and, when given, its latency.
@@ -99,7 +100,7 @@ pub struct Violations {
 impl Violations {
     /// Records one broken invariant.
     pub fn push(&self, message: impl Into<String>) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = lock(&self.inner);
         inner.1 += 1;
         if inner.0.len() < VIOLATIONS_KEPT {
             inner.0.push(message.into());
@@ -108,7 +109,7 @@ impl Violations {
 
     /// The kept messages and the total count.
     pub fn take(&self) -> (Vec<String>, u64) {
-        std::mem::take(&mut *self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *lock(&self.inner))
     }
 }
 

@@ -233,21 +233,48 @@ fn payouts_url(base_url: &str) -> Result<reqwest::Url, HttpProviderError> {
     reqwest::Url::parse(&joined).map_err(|e| invalid(e.to_string()))
 }
 
+/// The start of an answer's body, read chunk by chunk and never more than
+/// `max` bytes of it: whoever answers cannot make this process hold a large
+/// body. `truncated` says that more followed (it is left unread and dropped
+/// with the connection).
+pub(crate) struct BodyHead {
+    pub bytes: Vec<u8>,
+    pub truncated: bool,
+}
+
+/// Reads at most `max` bytes of `response`'s body (see [`BodyHead`]).
+pub(crate) async fn read_head(
+    response: &mut reqwest::Response,
+    max: usize,
+) -> Result<BodyHead, reqwest::Error> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = max - bytes.len();
+        if chunk.len() > room {
+            bytes.extend_from_slice(&chunk[..room]);
+            return Ok(BodyHead {
+                bytes,
+                truncated: true,
+            });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    assert!(bytes.len() <= max);
+    Ok(BodyHead {
+        bytes,
+        truncated: false,
+    })
+}
+
 /// Reads at most [`MAX_RESPONSE_BODY`] bytes; a longer body is an error rather
 /// than silently truncated JSON.
 async fn read_capped(response: &mut reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut buf = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > MAX_RESPONSE_BODY {
-                    return Err(format!("response body over {MAX_RESPONSE_BODY} bytes"));
-                }
-                buf.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(buf),
-            Err(err) => return Err(format!("reading body: {}", describe_transport_error(&err))),
-        }
+    match read_head(response, MAX_RESPONSE_BODY).await {
+        Ok(BodyHead {
+            truncated: true, ..
+        }) => Err(format!("response body over {MAX_RESPONSE_BODY} bytes")),
+        Ok(head) => Ok(head.bytes),
+        Err(err) => Err(format!("reading body: {}", describe_transport_error(&err))),
     }
 }
 
@@ -422,6 +449,27 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer(body: &'static str) -> reqwest::Response {
+        reqwest::Response::from(http::Response::new(body))
+    }
+
+    #[tokio::test]
+    async fn a_body_head_is_never_longer_than_asked_and_says_when_more_followed() {
+        let head = read_head(&mut answer("hello"), 4).await.unwrap();
+        assert_eq!(
+            (head.bytes.as_slice(), head.truncated),
+            (&b"hell"[..], true)
+        );
+        let head = read_head(&mut answer("hello"), 5).await.unwrap();
+        assert_eq!(
+            (head.bytes.as_slice(), head.truncated),
+            (&b"hello"[..], false)
+        );
+        let head = read_head(&mut answer(""), 0).await.unwrap();
+        assert_eq!((head.bytes.len(), head.truncated), (0, false));
+        assert!(read_capped(&mut answer("x")).await.is_ok());
+    }
 
     fn resp(status: u16, body: &str) -> Result<ProviderOutcome, ProviderError> {
         classify(Exchange::Response {

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use crate::domain::webhook::{signature_header, AddressPolicy, EndpointUrl, WebhookSecret};
-use crate::provider::http::{describe_transport_error, parse_retry_after};
+use crate::provider::http::{describe_transport_error, parse_retry_after, read_head};
 
 /// What a receiver said, or why it said nothing.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,16 +126,12 @@ impl Sender {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        // Only the start of the answer is read, and the rest is dropped with
-        // the connection: a receiver cannot make us hold a large body.
-        let mut head = Vec::new();
-        while head.len() < self.excerpt_bytes {
-            match response.chunk().await {
-                Ok(Some(chunk)) => head.extend_from_slice(&chunk),
-                _ => break,
-            }
-        }
-        head.truncate(self.excerpt_bytes);
+        // Only the start of the answer is kept, for `last_error`; a body
+        // that breaks off still leaves the status, which decides.
+        let head = read_head(&mut response, self.excerpt_bytes)
+            .await
+            .map(|h| h.bytes)
+            .unwrap_or_default();
         Attempt::Answered {
             status,
             retry_after,

@@ -96,12 +96,11 @@ if standby_port:
 
 # ---- HAProxy's own answers ---------------------------------------------------
 # `option httplog`: "... backend/server Tq/Tw/Tc/Tr/Ta status bytes - - TERM ...".
-# The proxy logs the status it answered (the errorfiles turn 502 and 504
-# into 503), so its own errors are told apart by the termination state:
-# S* = the engine aborted (died) or failed, *C/*H with no response =
-# connection or header phase; sQ/SC with <NOSRV> = no engine up.
+# The log shows the proxy's own status before the errorfile turned it into a
+# 503: 502 (termination state SH/SD: the engine died mid-request), 504 (sH:
+# it did not answer in time), 503 with <NOSRV> (no engine passed /readyz).
 line_re = re.compile(r" (\S+)/(\S+) (-?\d+)/(-?\d+)/(-?\d+)/(-?\d+)/(-?\d+) (\d{3}) \d+ \S+ \S+ (\S{4}) ")
-proxy = {"requests": 0, "engine died or failed mid-request (502)": 0, "engine timeout (504)": 0,
+proxy = {"requests": 0, "engine died mid-request (502)": 0, "engine timeout (504)": 0,
          "no engine up (503)": 0, "engine 503s passed on": 0, "2xx": 0}
 try:
     with open(f"{logs}/haproxy.log", errors="replace") as f:
@@ -110,17 +109,15 @@ try:
             if not m:
                 continue
             proxy["requests"] += 1
-            srv, code, term = m.group(2), m.group(8), m.group(9)
+            srv, code = m.group(2), m.group(8)
             if code.startswith("2"):
                 proxy["2xx"] += 1
-            if srv == "<NOSRV>" and code == "503":
-                proxy["no engine up (503)"] += 1
-            elif term[0] == "s" and term[1] == "H":
+            elif code == "502":
+                proxy["engine died mid-request (502)"] += 1
+            elif code == "504":
                 proxy["engine timeout (504)"] += 1
-            elif term[0] == "S" or (term[0] == "s" and term[1] != "-"):
-                proxy["engine died or failed mid-request (502)"] += 1
             elif code == "503":
-                proxy["engine 503s passed on"] += 1
+                proxy["no engine up (503)" if srv == "<NOSRV>" else "engine 503s passed on"] += 1
 except OSError as e:
     violations.append(f"no HAProxy log ({e})")
 
@@ -147,7 +144,7 @@ row("answers seen by clients: 503 / timeouts / conn. errors",
     f"{status.get('503', 0)} / {status.get('timeout', 0)} / {status.get('error', 0)}", "", None)
 row("5xx other than 503 seen by clients", other_5xx, "0", other_5xx == 0)
 row("HAProxy: requests / 2xx", f"{proxy['requests']} / {proxy['2xx']}", "", None)
-for k in ("engine died or failed mid-request (502)", "engine timeout (504)", "no engine up (503)", "engine 503s passed on"):
+for k in ("engine died mid-request (502)", "engine timeout (504)", "no engine up (503)", "engine 503s passed on"):
     row(f"HAProxy: {k}", proxy[k], "", None)
 row("serve SIGKILLs + restarts", f"{kills} of {n_kill}", ">= 4", kills == n_kill and kills >= 4)
 want_failovers = 2 if long_run else 1

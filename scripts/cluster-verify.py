@@ -147,6 +147,7 @@ row("HAProxy: requests / 2xx", f"{proxy['requests']} / {proxy['2xx']}", "", None
 for k in ("engine died mid-request (502)", "engine timeout (504)", "no engine up (503)", "engine 503s passed on"):
     row(f"HAProxy: {k}", proxy[k], "", None)
 row("serve SIGKILLs + restarts", f"{kills} of {n_kill}", ">= 4", kills == n_kill and kills >= 4)
+row("standby outages (primary waits, serve answers 503)", env.get("CLUSTER_OUTAGES"), "= 1", env.get("CLUSTER_OUTAGES") == "1")
 want_failovers = 2 if long_run else 1
 row("failovers (stop -m immediate + promote)", len(failovers), f"= {want_failovers}", len(failovers) == want_failovers)
 for names, promote_ms, write_ms in failovers:

@@ -233,49 +233,38 @@ fn payouts_url(base_url: &str) -> Result<reqwest::Url, HttpProviderError> {
     reqwest::Url::parse(&joined).map_err(|e| invalid(e.to_string()))
 }
 
-/// The start of an answer's body, read chunk by chunk and never more than
-/// `max` bytes of it: whoever answers cannot make this process hold a large
-/// body. `truncated` says that more followed (it is left unread and dropped
-/// with the connection).
-pub(crate) struct BodyHead {
-    pub bytes: Vec<u8>,
-    pub truncated: bool,
-}
-
-/// Reads at most `max` bytes of `response`'s body (see [`BodyHead`]).
+/// Reads `response`'s body into `head` until `max` bytes are in hand or the
+/// body ends, and keeps at most `max` bytes: whoever answers cannot make
+/// this process read, wait for or hold more. What follows is left unread
+/// and dropped with the connection. On an error `head` keeps what arrived.
 pub(crate) async fn read_head(
     response: &mut reqwest::Response,
     max: usize,
-) -> Result<BodyHead, reqwest::Error> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let room = max - bytes.len();
-        if chunk.len() > room {
-            bytes.extend_from_slice(&chunk[..room]);
-            return Ok(BodyHead {
-                bytes,
-                truncated: true,
-            });
-        }
-        bytes.extend_from_slice(&chunk);
+    head: &mut Vec<u8>,
+) -> Result<(), reqwest::Error> {
+    while head.len() < max {
+        let Some(chunk) = response.chunk().await? else {
+            break;
+        };
+        let room = max - head.len();
+        head.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
-    assert!(bytes.len() <= max);
-    Ok(BodyHead {
-        bytes,
-        truncated: false,
-    })
+    assert!(head.len() <= max);
+    Ok(())
 }
 
 /// Reads at most [`MAX_RESPONSE_BODY`] bytes; a longer body is an error rather
 /// than silently truncated JSON.
 async fn read_capped(response: &mut reqwest::Response) -> Result<Vec<u8>, String> {
-    match read_head(response, MAX_RESPONSE_BODY).await {
-        Ok(BodyHead {
-            truncated: true, ..
-        }) => Err(format!("response body over {MAX_RESPONSE_BODY} bytes")),
-        Ok(head) => Ok(head.bytes),
-        Err(err) => Err(format!("reading body: {}", describe_transport_error(&err))),
+    // One byte past the cap tells a body over it from one that fits exactly.
+    let mut body = Vec::new();
+    read_head(response, MAX_RESPONSE_BODY + 1, &mut body)
+        .await
+        .map_err(|err| format!("reading body: {}", describe_transport_error(&err)))?;
+    if body.len() > MAX_RESPONSE_BODY {
+        return Err(format!("response body over {MAX_RESPONSE_BODY} bytes"));
     }
+    Ok(body)
 }
 
 /// reqwest's own message is only the outermost layer ("error sending request");
@@ -450,25 +439,31 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    fn answer(body: &'static str) -> reqwest::Response {
-        reqwest::Response::from(http::Response::new(body))
+    fn answer(body: impl Into<reqwest::Body>) -> reqwest::Response {
+        reqwest::Response::from(http::Response::new(body.into()))
+    }
+
+    async fn head(body: &'static str, max: usize) -> Vec<u8> {
+        let mut head = Vec::new();
+        read_head(&mut answer(body), max, &mut head).await.unwrap();
+        head
     }
 
     #[tokio::test]
-    async fn a_body_head_is_never_longer_than_asked_and_says_when_more_followed() {
-        let head = read_head(&mut answer("hello"), 4).await.unwrap();
-        assert_eq!(
-            (head.bytes.as_slice(), head.truncated),
-            (&b"hell"[..], true)
-        );
-        let head = read_head(&mut answer("hello"), 5).await.unwrap();
-        assert_eq!(
-            (head.bytes.as_slice(), head.truncated),
-            (&b"hello"[..], false)
-        );
-        let head = read_head(&mut answer(""), 0).await.unwrap();
-        assert_eq!((head.bytes.len(), head.truncated), (0, false));
-        assert!(read_capped(&mut answer("x")).await.is_ok());
+    async fn a_body_head_is_never_longer_than_asked() {
+        assert_eq!(head("hello", 4).await, b"hell");
+        assert_eq!(head("hello", 5).await, b"hello");
+        assert_eq!(head("hello", 9).await, b"hello");
+        assert_eq!(head("", 0).await, b"");
+    }
+
+    #[tokio::test]
+    async fn a_capped_body_refuses_one_byte_more_than_the_cap() {
+        let fits = vec![b'x'; MAX_RESPONSE_BODY];
+        assert_eq!(read_capped(&mut answer(fits.clone())).await, Ok(fits));
+        let over = vec![b'x'; MAX_RESPONSE_BODY + 1];
+        let err = read_capped(&mut answer(over)).await.unwrap_err();
+        assert!(err.contains("over"), "{err}");
     }
 
     fn resp(status: u16, body: &str) -> Result<ProviderOutcome, ProviderError> {

@@ -126,12 +126,10 @@ impl Sender {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        // Only the start of the answer is kept, for `last_error`; a body
-        // that breaks off still leaves the status, which decides.
-        let head = read_head(&mut response, self.excerpt_bytes)
-            .await
-            .map(|h| h.bytes)
-            .unwrap_or_default();
+        // Only the start of the answer is kept, for `last_error`. A body
+        // that breaks off keeps what arrived; the status decides anyway.
+        let mut head = Vec::new();
+        let _ = read_head(&mut response, self.excerpt_bytes, &mut head).await;
         Attempt::Answered {
             status,
             retry_after,

@@ -15,10 +15,24 @@ fn default_parallelism() -> usize {
 /// Default of `--shards`, from the shard sweep of `scripts/bench`.
 pub const DEFAULT_SHARDS: usize = 1;
 
-/// Shortest `--key-retention`: a retry must find its key.
+/// Shortest `--key-retention` (a retry must find its key) and `--event-retention`.
 pub const KEY_RETENTION_MIN: Duration = Duration::from_secs(1);
-/// Longest `--key-retention` (one year and a day).
+/// Longest `--key-retention` and `--event-retention` (one year and a day).
 pub const KEY_RETENTION_MAX: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A retention `flag` must lie between [`KEY_RETENTION_MIN`] and
+/// [`KEY_RETENTION_MAX`].
+fn check_retention(flag: &str, value: Duration) -> Result<(), String> {
+    if (KEY_RETENTION_MIN..=KEY_RETENTION_MAX).contains(&value) {
+        return Ok(());
+    }
+    Err(format!(
+        "{flag} must be between {} and {} (got {})",
+        humantime::format_duration(KEY_RETENTION_MIN),
+        humantime::format_duration(KEY_RETENTION_MAX),
+        humantime::format_duration(value)
+    ))
+}
 
 /// Connection to Postgres and the bounds on every database operation.
 #[derive(Debug, Clone, Args)]
@@ -277,23 +291,11 @@ impl ServeConfig {
         if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
             return Err("--max-attempts and --reaper-batch must be at least 1".into());
         }
-        // 0 would turn idempotency off without a word; a huge value would
-        // overflow timestamps. Both are mistakes, said at start-up.
-        if !(KEY_RETENTION_MIN..=KEY_RETENTION_MAX).contains(&self.key_retention) {
-            return Err(format!(
-                "--key-retention must be between {} and {} (got {})",
-                humantime::format_duration(KEY_RETENTION_MIN),
-                humantime::format_duration(KEY_RETENTION_MAX),
-                humantime::format_duration(self.key_retention)
-            ));
-        }
-        if !(KEY_RETENTION_MIN..=KEY_RETENTION_MAX).contains(&self.event_retention) {
-            return Err(format!(
-                "--event-retention must be between {} and {}",
-                humantime::format_duration(KEY_RETENTION_MIN),
-                humantime::format_duration(KEY_RETENTION_MAX),
-            ));
-        }
+        // 0 would turn idempotency off (or delete events at once) without a
+        // word; a huge value would overflow timestamps. Both are mistakes,
+        // said at start-up.
+        check_retention("--key-retention", self.key_retention)?;
+        check_retention("--event-retention", self.event_retention)?;
         if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
             return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
         }

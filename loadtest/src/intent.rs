@@ -143,23 +143,26 @@ impl Intent {
     }
 }
 
+/// The factory the unit tests share: seed 42, half the intents declined,
+/// `mix` in `--mix` syntax.
+#[cfg(test)]
+pub fn test_factory(mix: &str) -> IntentFactory {
+    IntentFactory {
+        seed: 42,
+        run_id: "r1".into(),
+        mix: mix.parse().unwrap(),
+        decline_percent: 50,
+        client_timeout: Duration::from_millis(5),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn factory(mix: &str) -> IntentFactory {
-        IntentFactory {
-            seed: 42,
-            run_id: "r1".into(),
-            mix: mix.parse().unwrap(),
-            decline_percent: 50,
-            client_timeout: Duration::from_millis(5),
-        }
-    }
-
     #[test]
     fn intents_depend_on_seed_and_index_only() {
-        let f = factory("unique=1,burst=1,storm=1");
+        let f = test_factory("unique=1,burst=1,storm=1");
         let a = f.make(17);
         let b = f.make(17);
         assert_eq!(
@@ -172,7 +175,7 @@ mod tests {
 
     #[test]
     fn bodies_follow_the_contract() {
-        let f = factory("unique=1,timeout=1");
+        let f = test_factory("unique=1,timeout=1");
         let mut declined = 0;
         for i in 0..500 {
             let it = f.make(i);
@@ -195,13 +198,13 @@ mod tests {
 
     #[test]
     fn the_mix_decides_the_scenarios() {
-        let f = factory("storm=1");
+        let f = test_factory("storm=1");
         assert!((0..50).all(|i| f.make(i).scenario == Scenario::Storm));
     }
 
     #[test]
     fn a_reused_key_changes_only_the_amount() {
-        let f = factory("reuse=1");
+        let f = test_factory("reuse=1");
         let it = f.make(3);
         let changed = changed_amount(&it.body);
         assert_ne!(changed.amount, it.body.amount);

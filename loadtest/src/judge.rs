@@ -235,17 +235,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::intent::IntentFactory;
-
-    fn factory(mix: &str) -> IntentFactory {
-        IntentFactory {
-            seed: 42,
-            run_id: "r1".into(),
-            mix: mix.parse().unwrap(),
-            decline_percent: 50,
-            client_timeout: Duration::from_millis(5),
-        }
-    }
+    use crate::intent::test_factory;
 
     fn created(intent: &Intent, id: Uuid, replayed: bool, amount: i64) -> Answer {
         let b = &intent.body;
@@ -283,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_creation_and_its_replays_are_fine() {
-        let (found, it) = (Violations::default(), factory("unique=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         let id = Uuid::now_v7();
         let amount = it.body.amount;
         assert!(matches!(
@@ -305,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_replay_of_the_first_bytes_is_still_checked_for_its_location() {
-        let (found, it) = (Violations::default(), factory("replay=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("replay=1").make(1));
         let id = Uuid::now_v7();
         let first = created(&it, id, false, it.body.amount);
         judge(&found, &it, Phase::Create, &first, 0, false);
@@ -322,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_408_is_retried_with_a_problem_or_no_body_and_anything_else_is_a_violation() {
-        let (found, it) = (Violations::default(), factory("unique=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         let bare = Answer {
             body: Bytes::new(),
             ..problem(408, "x")
@@ -350,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_second_creation_or_another_id_is_a_violation() {
-        let (found, it) = (Violations::default(), factory("burst=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("burst=1").make(1));
         let amount = it.body.amount;
         let id = Uuid::now_v7();
         judge(
@@ -390,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_fresh_answer_after_acknowledgement_or_a_replay_first_is_a_violation() {
-        let (found, it) = (Violations::default(), factory("storm=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("storm=1").make(1));
         let amount = it.body.amount;
         judge(
             &found,
@@ -423,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_created_transfer_must_match_the_request() {
-        let (found, it) = (Violations::default(), factory("unique=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         let amount = it.body.amount + 1;
         judge(
             &found,
@@ -442,7 +432,7 @@ mod tests {
 
     #[test]
     fn reuse_expects_the_reused_problem_and_nothing_else() {
-        let (found, it) = (Violations::default(), factory("reuse=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("reuse=1").make(1));
         let ok = judge(
             &found,
             &it,
@@ -491,7 +481,7 @@ mod tests {
 
     #[test]
     fn transient_answers_are_retried_and_only_odd_ones_flagged() {
-        let (found, it) = (Violations::default(), factory("unique=1").make(1));
+        let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         for (status, slug) in [
             (503, "unavailable"),
             (503, "overloaded"),

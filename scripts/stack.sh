@@ -23,6 +23,26 @@ stack_cluster() {
     STACK_ADMIN_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres"
 }
 
+# stack_haproxy_installed: installs Debian's haproxy when it is missing.
+stack_haproxy_installed() {
+    if ! command -v haproxy >/dev/null; then
+        echo "installing haproxy"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
+    fi
+}
+
+# stack_port: sets PORT to a free port that no earlier stack_port call of
+# this script handed out (pg_free_port may hand out the same one twice
+# before anything listens on it). Call it as a command, not in $(...), so
+# that STACK_USED_PORTS keeps growing.
+STACK_USED_PORTS=" "
+stack_port() {
+    while :; do
+        PORT=$(pg_free_port)
+        [[ $STACK_USED_PORTS == *" $PORT "* ]] || { STACK_USED_PORTS+="$PORT "; return; }
+    done
+}
+
 # stack_fresh_db NAME: creates database NAME, applies the migrations and
 # prints its URL.
 stack_fresh_db() {

@@ -110,6 +110,13 @@ pub struct ServeConfig {
     /// `409`; every other attempt of the batch is written.
     #[arg(long, env = "PAYRAIL_DB_LOCK_TIMEOUT", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub db_lock_timeout: Duration,
+    /// Times a flush is retried whole when it waited past
+    /// `--db-lock-timeout` for a lock that is not a row's: a table lock, or
+    /// the lock on growing a table, which a slow disk write can hold that
+    /// long. No other request holds those keys, so the retry is likely to
+    /// succeed; past the retries the flush is split like a row wait.
+    #[arg(long, env = "PAYRAIL_DB_LOCK_RETRIES", default_value_t = 3)]
+    pub db_lock_retries: u32,
     /// Most attempts queued in one shard (waiting for a flush or for their
     /// key's write); past it requests get `503 overloaded`.
     #[arg(long, env = "PAYRAIL_SHARD_QUEUE", default_value_t = 4096)]

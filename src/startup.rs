@@ -83,6 +83,7 @@ impl Application {
             queue_len_max: config.shard_queue,
             cache_entries_max: config.replay_cache,
             flushes_in_flight_max: config.shard_flushes,
+            lock_retries_max: config.db_lock_retries,
             flush: FlushLimits {
                 key_retention: config.key_retention,
                 lock_timeout: config.db_lock_timeout,

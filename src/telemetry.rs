@@ -102,6 +102,10 @@ fn describe_metrics() {
         "Flushes Postgres refused for particular rows, retried in halves"
     );
     describe_counter!(
+        "payrail_shard_flush_lock_retries_total",
+        "Flushes retried whole after waiting past the lock timeout for a lock that is not a row's"
+    );
+    describe_counter!(
         "payrail_shard_flush_failures_total",
         "Flushes that failed, answering their attempts 409 or 503"
     );

@@ -14,6 +14,7 @@ use common::{
 use payrail::domain::{ProviderText, TransferStatus};
 use payrail::sim::SimArgs;
 use payrail::store::outbox::Settlement;
+use payrail::store::StoreError;
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
@@ -126,6 +127,94 @@ async fn a_key_locked_by_another_transaction_fails_only_its_own_attempt() {
     let res = app.post_transfer(&stuck, &transfer_body()).await;
     assert_eq!(res.status(), StatusCode::CREATED);
     assert!(res.headers().get("idempotent-replayed").is_none());
+}
+
+#[actix_web::test]
+async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
+    let db = fresh_database().await;
+    let app = spawn_app_with(
+        &db,
+        &[
+            "--shards",
+            "1",
+            "--db-lock-timeout",
+            "200ms",
+            "--db-lock-retries",
+            "5",
+            "--db-timeout",
+            "4s",
+            "--db-pool-size",
+            "1",
+        ],
+    )
+    .await;
+    // The flush statement is prepared once per connection, before its lock
+    // timeout is set: prepare it now, so the wait below is the flush's.
+    let warm = app.post_transfer(&new_key(), &transfer_body()).await;
+    assert_eq!(warm.status(), StatusCode::CREATED);
+    // A lock on the whole table outlasts the lock timeout (the same happens
+    // to the lock on growing a table when the disk stalls its holder). No
+    // other writer holds these keys: they must be written, not refused.
+    let blocker = connect(&db).await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE transfers IN SHARE MODE")
+        .await
+        .unwrap();
+    let release = async {
+        // Longer than halving a flush of 4 down to 1 takes (3 timeouts),
+        // shorter than the 5 retries.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        blocker.batch_execute("COMMIT").await.unwrap();
+    };
+    let creates = futures::future::join_all(
+        (0..4).map(|_| app.post_transfer_owned(new_key(), transfer_body())),
+    );
+    let ((), statuses) = tokio::join!(release, creates);
+    assert_eq!(statuses, vec![StatusCode::CREATED; 4]);
+    assert_eq!(app.count("transfers").await, 5);
+}
+
+#[actix_web::test]
+async fn a_lock_timeout_is_told_apart_by_what_waited() {
+    let db = fresh_database().await;
+    let app = spawn_app_with(&db, &[]).await;
+    let holder = connect(&db).await;
+    let waiter = connect(&db).await;
+    waiter
+        .batch_execute("SET lock_timeout = 100")
+        .await
+        .unwrap();
+    let insert_key = "INSERT INTO idempotency_keys (client_id, key, fingerprint, transfer_id, response_status, \
+         response_body, created_at, expires_at) \
+         VALUES ($1, 'held', sha256('x'), gen_random_uuid(), 201, '{}', now(), now() + interval '1 hour') \
+         ON CONFLICT DO NOTHING";
+
+    // A row: another transaction wrote the same key and has not committed.
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder.execute(insert_key, &[&app.client_id]).await.unwrap();
+    let err = StoreError::from(
+        waiter
+            .execute(insert_key, &[&app.client_id])
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.is_lock_timeout(), "{err}");
+    assert!(!err.is_lock_timeout_off_rows(), "a row wait: {err}");
+    holder.batch_execute("ROLLBACK").await.unwrap();
+
+    // The table: nothing about any key.
+    holder
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN SHARE MODE")
+        .await
+        .unwrap();
+    let err = StoreError::from(
+        waiter
+            .execute(insert_key, &[&app.client_id])
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.is_lock_timeout_off_rows(), "a table wait: {err}");
+    holder.batch_execute("ROLLBACK").await.unwrap();
 }
 
 #[actix_web::test]

@@ -46,6 +46,7 @@ struct ShardMetrics {
     cache_hits: metrics::Counter,
     cache_misses: metrics::Counter,
     flush_splits: metrics::Counter,
+    flush_retries: metrics::Counter,
     flush_failures: metrics::Counter,
 }
 
@@ -60,6 +61,7 @@ impl ShardMetrics {
             cache_hits: metrics::counter!("payrail_replay_cache_hits_total"),
             cache_misses: metrics::counter!("payrail_replay_cache_misses_total"),
             flush_splits: metrics::counter!("payrail_shard_flush_splits_total"),
+            flush_retries: metrics::counter!("payrail_shard_flush_lock_retries_total"),
             flush_failures: metrics::counter!("payrail_shard_flush_failures_total"),
         }
     }
@@ -86,6 +88,9 @@ pub struct Shard {
     /// Keys being written, with the attempts that wait for their outcome.
     waiting: HashMap<Scope, Vec<Waiter>>,
     waiter_count: usize,
+    /// Flushes of a key retried whole after a lock timeout off its rows;
+    /// only keys in `waiting` have an entry.
+    lock_retries: HashMap<Scope, u32>,
     /// Attempts in flushes now in flight.
     flushing: usize,
     /// Flushes in flight (at most `flushes_in_flight_max`).
@@ -118,6 +123,7 @@ impl Shard {
             split: VecDeque::new(),
             waiting: HashMap::new(),
             waiter_count: 0,
+            lock_retries: HashMap::new(),
             flushing: 0,
             flushes: 0,
             executing: false,
@@ -284,6 +290,31 @@ impl Shard {
         error: StoreError,
     ) {
         let n = writes.len();
+        if error.is_lock_timeout_off_rows() {
+            // No other writer holds these keys: the flush waited on a lock
+            // of the table (or of its growth) past the lock timeout, which
+            // says nothing about any attempt. Retried whole, up to
+            // `lock_retries_max` times, before it is treated as a row wait.
+            let tries = writes
+                .iter()
+                .map(|w| self.lock_retries.get(&scope_of(w)).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            if tries < self.limits.lock_retries_max {
+                tracing::debug!(shard = self.index, batch = n, error = %error, "flush waited past the lock timeout off its rows; retrying it");
+                self.metrics.flush_retries.increment(1);
+                for w in &writes {
+                    self.lock_retries.insert(scope_of(w), tries + 1);
+                }
+                let batch = writes
+                    .into_iter()
+                    .zip(replies)
+                    .map(|(write, (reply, body))| Submit { write, body, reply })
+                    .collect();
+                self.split.push_front(batch);
+                return;
+            }
+        }
         if n > 1 && error.is_row_specific() {
             tracing::debug!(shard = self.index, batch = n, error = %error, "flush refused; retrying it in halves");
             self.metrics.flush_splits.increment(1);
@@ -317,6 +348,8 @@ impl Shard {
     /// `failed` when the write failed), and a known answer is cached.
     fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>, failed: Verdict) {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
+        self.lock_retries.remove(scope);
+        debug_assert!(self.lock_retries.len() <= self.waiting.len());
         self.waiter_count -= waiters.len();
         for w in waiters {
             let v = answer

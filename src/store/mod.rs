@@ -61,10 +61,27 @@ impl StoreError {
         code.starts_with("22") || code.starts_with("23") || code == "55P03" || code == "40P01"
     }
 
-    /// True when a row lock held by another transaction outlasted the lock
-    /// timeout: the key is being written elsewhere right now.
+    /// True when a lock held by another transaction outlasted the lock
+    /// timeout.
     pub fn is_lock_timeout(&self) -> bool {
         matches!(self, Self::Db(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
+    }
+
+    /// True for a lock timeout on a lock that is not a row's: no other
+    /// transaction is writing these keys; the wait was for a table-level
+    /// lock, or for the lock that serializes extending a table by a page
+    /// (held through the holder's disk writes, so a slow WAL write can
+    /// stall it past the lock timeout). Postgres names the tuple in the
+    /// error's context when it waited for a row ("while inserting index
+    /// tuple (0,7) in relation ..."); a server whose messages are
+    /// translated never matches, so its row waits count as such a lock too.
+    pub fn is_lock_timeout_off_rows(&self) -> bool {
+        let Self::Db(e) = self else { return false };
+        self.is_lock_timeout()
+            && !e
+                .as_db_error()
+                .and_then(|db| db.where_())
+                .is_some_and(|context| context.contains("tuple"))
     }
 }
 

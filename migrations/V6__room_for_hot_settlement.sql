@@ -1,0 +1,13 @@
+-- Every transfer is updated exactly once, a few milliseconds after it is
+-- written: the settlement sets its final status, provider reference or
+-- failure reason and updated_at. None of those columns is indexed, so the
+-- update can be HOT (the new row version on the same page, no new index
+-- entries) if the page has room for it. With pages filled to 100 % it
+-- rarely has: a benchmark run measured 23-28 % of settlements HOT, and
+-- every other one inserted a new entry into both indexes of this table,
+-- a table that is kept forever and whose dead index entries only vacuum
+-- removes. Pages filled to 70 % made 57-68 % of them HOT and cut the WAL
+-- of a settlement batch by about a quarter (531 to 402 bytes per
+-- transfer), for a heap about 1.4 times larger. It applies to pages
+-- written from now on; existing pages keep their layout.
+ALTER TABLE transfers SET (fillfactor = 70);

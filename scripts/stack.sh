@@ -31,6 +31,15 @@ stack_haproxy_installed() {
     fi
 }
 
+# stack_wrk_installed: installs Debian's wrk (the benchmark's lean HTTP
+# client) when it is missing.
+stack_wrk_installed() {
+    if ! command -v wrk >/dev/null; then
+        echo "installing wrk"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+    fi
+}
+
 # stack_port: sets PORT to a free port that no earlier stack_port call of
 # this script handed out (pg_free_port may hand out the same one twice
 # before anything listens on it). Call it as a command, not in $(...), so

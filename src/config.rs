@@ -114,7 +114,7 @@ pub struct ServeConfig {
     /// `--db-lock-timeout` for a lock that is not a row's: a table lock, or
     /// the lock on growing a table, which a slow disk write can hold that
     /// long. No other request holds those keys, so the retry is likely to
-    /// succeed; past the retries the flush is split like a row wait.
+    /// succeed; past the retries its attempts answer `503`.
     #[arg(long, env = "PAYRAIL_DB_LOCK_RETRIES", default_value_t = 3)]
     pub db_lock_retries: u32,
     /// Most attempts queued in one shard (waiting for a flush or for their

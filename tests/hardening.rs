@@ -175,6 +175,44 @@ async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
 }
 
 #[actix_web::test]
+async fn a_table_lock_held_past_every_retry_answers_503_not_409() {
+    let db = fresh_database().await;
+    let app = spawn_app_with(
+        &db,
+        &[
+            "--shards",
+            "1",
+            "--db-lock-timeout",
+            "100ms",
+            "--db-lock-retries",
+            "1",
+            "--db-pool-size",
+            "1",
+        ],
+    )
+    .await;
+    let warm = app.post_transfer(&new_key(), &transfer_body()).await;
+    assert_eq!(warm.status(), StatusCode::CREATED);
+    let blocker = connect(&db).await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE transfers IN SHARE MODE")
+        .await
+        .unwrap();
+    // Two lock timeouts (the flush and its one retry) pass well within the
+    // second the lock is held: nobody holds these keys, so no `409`.
+    let release = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        blocker.batch_execute("COMMIT").await.unwrap();
+    };
+    let creates = futures::future::join_all(
+        (0..4).map(|_| app.post_transfer_owned(new_key(), transfer_body())),
+    );
+    let ((), statuses) = tokio::join!(release, creates);
+    assert_eq!(statuses, vec![StatusCode::SERVICE_UNAVAILABLE; 4]);
+    assert_eq!(app.count("transfers").await, 1);
+}
+
+#[actix_web::test]
 async fn a_lock_timeout_is_told_apart_by_what_waited() {
     let db = fresh_database().await;
     let app = spawn_app_with(&db, &[]).await;

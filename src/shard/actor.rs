@@ -290,11 +290,13 @@ impl Shard {
         error: StoreError,
     ) {
         let n = writes.len();
-        if error.is_lock_timeout_off_rows() {
+        let off_rows = error.is_lock_timeout_off_rows();
+        if off_rows {
             // No other writer holds these keys: the flush waited on a lock
             // of the table (or of its growth) past the lock timeout, which
             // says nothing about any attempt. Retried whole, up to
-            // `lock_retries_max` times, before it is treated as a row wait.
+            // `lock_retries_max` times; then Postgres is as good as stalled
+            // for these keys, which is a 503, not a 409 for any of them.
             let tries = writes
                 .iter()
                 .map(|w| self.lock_retries.get(&scope_of(w)).copied().unwrap_or(0))
@@ -315,7 +317,7 @@ impl Shard {
                 return;
             }
         }
-        if n > 1 && error.is_row_specific() {
+        if n > 1 && error.is_row_specific() && !off_rows {
             tracing::debug!(shard = self.index, batch = n, error = %error, "flush refused; retrying it in halves");
             self.metrics.flush_splits.increment(1);
             let mut parts: Vec<Submit> = writes
@@ -331,7 +333,7 @@ impl Shard {
         }
         // A lock held elsewhere past the lock timeout: the key is being
         // written by another transaction right now.
-        let verdict = if error.is_lock_timeout() {
+        let verdict = if error.is_lock_timeout() && !off_rows {
             Verdict::InProgress
         } else {
             Verdict::Unavailable

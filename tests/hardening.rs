@@ -129,8 +129,15 @@ async fn a_key_locked_by_another_transaction_fails_only_its_own_attempt() {
     assert!(res.headers().get("idempotent-replayed").is_none());
 }
 
-#[actix_web::test]
-async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
+/// Four creates of new keys sent while another transaction holds a lock on
+/// the whole table `transfers` for `held` (the same happens to the lock on
+/// growing a table when the disk stalls its holder); nobody holds the keys.
+/// Returns their statuses and the transfers written, one before the lock.
+async fn creates_under_a_table_lock(
+    lock_timeout: &str,
+    lock_retries: &str,
+    held: Duration,
+) -> (Vec<StatusCode>, i64) {
     let db = fresh_database().await;
     let app = spawn_app_with(
         &db,
@@ -138,9 +145,9 @@ async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
             "--shards",
             "1",
             "--db-lock-timeout",
-            "200ms",
+            lock_timeout,
             "--db-lock-retries",
-            "5",
+            lock_retries,
             "--db-timeout",
             "4s",
             "--db-pool-size",
@@ -152,64 +159,40 @@ async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
     // timeout is set: prepare it now, so the wait below is the flush's.
     let warm = app.post_transfer(&new_key(), &transfer_body()).await;
     assert_eq!(warm.status(), StatusCode::CREATED);
-    // A lock on the whole table outlasts the lock timeout (the same happens
-    // to the lock on growing a table when the disk stalls its holder). No
-    // other writer holds these keys: they must be written, not refused.
     let blocker = connect(&db).await;
     blocker
         .batch_execute("BEGIN; LOCK TABLE transfers IN SHARE MODE")
         .await
         .unwrap();
     let release = async {
-        // Longer than halving a flush of 4 down to 1 takes (3 timeouts),
-        // shorter than the 5 retries.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(held).await;
         blocker.batch_execute("COMMIT").await.unwrap();
     };
     let creates = futures::future::join_all(
         (0..4).map(|_| app.post_transfer_owned(new_key(), transfer_body())),
     );
     let ((), statuses) = tokio::join!(release, creates);
+    (statuses, app.count("transfers").await)
+}
+
+#[actix_web::test]
+async fn a_flush_that_waits_on_a_table_lock_is_retried_not_refused() {
+    // Held longer than halving a flush of 4 down to 1 takes (3 timeouts),
+    // shorter than the 5 retries: the keys are written, not refused.
+    let (statuses, written) =
+        creates_under_a_table_lock("200ms", "5", Duration::from_millis(700)).await;
     assert_eq!(statuses, vec![StatusCode::CREATED; 4]);
-    assert_eq!(app.count("transfers").await, 5);
+    assert_eq!(written, 5);
 }
 
 #[actix_web::test]
 async fn a_table_lock_held_past_every_retry_answers_503_not_409() {
-    let db = fresh_database().await;
-    let app = spawn_app_with(
-        &db,
-        &[
-            "--shards",
-            "1",
-            "--db-lock-timeout",
-            "100ms",
-            "--db-lock-retries",
-            "1",
-            "--db-pool-size",
-            "1",
-        ],
-    )
-    .await;
-    let warm = app.post_transfer(&new_key(), &transfer_body()).await;
-    assert_eq!(warm.status(), StatusCode::CREATED);
-    let blocker = connect(&db).await;
-    blocker
-        .batch_execute("BEGIN; LOCK TABLE transfers IN SHARE MODE")
-        .await
-        .unwrap();
     // Two lock timeouts (the flush and its one retry) pass well within the
     // second the lock is held: nobody holds these keys, so no `409`.
-    let release = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        blocker.batch_execute("COMMIT").await.unwrap();
-    };
-    let creates = futures::future::join_all(
-        (0..4).map(|_| app.post_transfer_owned(new_key(), transfer_body())),
-    );
-    let ((), statuses) = tokio::join!(release, creates);
+    let (statuses, written) =
+        creates_under_a_table_lock("100ms", "1", Duration::from_secs(1)).await;
     assert_eq!(statuses, vec![StatusCode::SERVICE_UNAVAILABLE; 4]);
-    assert_eq!(app.count("transfers").await, 1);
+    assert_eq!(written, 1);
 }
 
 #[actix_web::test]

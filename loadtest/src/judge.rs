@@ -271,23 +271,29 @@ mod tests {
         found.take().0
     }
 
+    /// Judges `answer` to attempt `seq` of the create phase.
+    fn create(found: &Violations, it: &Intent, answer: &Answer, seq: u32, acked: bool) -> Next {
+        judge(found, it, Phase::Create, answer, seq, acked)
+    }
+
+    /// Takes the violations found so far and asserts one names each of `texts`.
+    fn assert_flagged(found: &Violations, texts: &[&str]) {
+        let v = violations(found);
+        for text in texts {
+            assert!(v.iter().any(|m| m.contains(text)), "{text}: {v:?}");
+        }
+    }
+
     #[test]
     fn a_creation_and_its_replays_are_fine() {
         let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         let id = Uuid::now_v7();
         let amount = it.body.amount;
         assert!(matches!(
-            judge(&found, &it, Phase::Create, &created(&it, id, false, amount), 0, false),
+            create(&found, &it, &created(&it, id, false, amount), 0, false),
             Next::Done(End::Created(x)) if x == id
         ));
-        judge(
-            &found,
-            &it,
-            Phase::Create,
-            &created(&it, id, true, amount),
-            1,
-            true,
-        );
+        create(&found, &it, &created(&it, id, true, amount), 1, true);
         assert_eq!(violations(&found), Vec::<String>::new());
         let st = it.state();
         assert_eq!((st.fresh, st.acknowledged, st.ids.len()), (1, true, 1));
@@ -298,13 +304,13 @@ mod tests {
         let (found, it) = (Violations::default(), test_factory("replay=1").make(1));
         let id = Uuid::now_v7();
         let first = created(&it, id, false, it.body.amount);
-        judge(&found, &it, Phase::Create, &first, 0, false);
+        create(&found, &it, &first, 0, false);
         let elsewhere = Answer {
             replayed: true,
             location: Some(format!("/transfers/{}", Uuid::nil())),
             ..first
         };
-        judge(&found, &it, Phase::Create, &elsewhere, 1, true);
+        create(&found, &it, &elsewhere, 1, true);
         let v = violations(&found);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("201 Location"), "{v:?}");
@@ -319,20 +325,13 @@ mod tests {
         };
         for answer in [problem(408, "request-timeout"), bare] {
             assert!(matches!(
-                judge(&found, &it, Phase::Create, &answer, 0, false),
+                create(&found, &it, &answer, 0, false),
                 Next::Retry
             ));
         }
         assert_eq!(violations(&found), Vec::<String>::new());
         assert!(matches!(
-            judge(
-                &found,
-                &it,
-                Phase::Create,
-                &problem(408, "unavailable"),
-                0,
-                false
-            ),
+            create(&found, &it, &problem(408, "unavailable"), 0, false),
             Next::Retry
         ));
         assert_eq!(violations(&found).len(), 1);
@@ -343,91 +342,54 @@ mod tests {
         let (found, it) = (Violations::default(), test_factory("burst=1").make(1));
         let amount = it.body.amount;
         let id = Uuid::now_v7();
-        judge(
-            &found,
-            &it,
-            Phase::Create,
-            &created(&it, id, false, amount),
-            0,
-            false,
-        );
-        judge(
-            &found,
-            &it,
-            Phase::Create,
-            &created(&it, id, false, amount),
-            1,
-            false,
-        );
-        let v = violations(&found);
-        assert!(
-            v.iter().any(|m| m.contains("2 answers created the key")),
-            "{v:?}"
-        );
+        create(&found, &it, &created(&it, id, false, amount), 0, false);
+        create(&found, &it, &created(&it, id, false, amount), 1, false);
+        assert_flagged(&found, &["2 answers created the key"]);
 
-        judge(
+        create(
             &found,
             &it,
-            Phase::Create,
             &created(&it, Uuid::now_v7(), true, amount),
             2,
             true,
         );
-        let v = violations(&found);
-        assert!(v.iter().any(|m| m.contains("different transfers")), "{v:?}");
-        assert!(v.iter().any(|m| m.contains("not byte-identical")), "{v:?}");
+        assert_flagged(&found, &["different transfers", "not byte-identical"]);
     }
 
     #[test]
     fn a_fresh_answer_after_acknowledgement_or_a_replay_first_is_a_violation() {
         let (found, it) = (Violations::default(), test_factory("storm=1").make(1));
         let amount = it.body.amount;
-        judge(
+        create(
             &found,
             &it,
-            Phase::Create,
             &created(&it, Uuid::nil(), true, amount),
             0,
             false,
         );
-        let v = violations(&found);
-        assert!(
-            v.iter().any(|m| m.contains("first attempt of a new key")),
-            "{v:?}"
-        );
-        judge(
+        assert_flagged(&found, &["first attempt of a new key"]);
+        create(
             &found,
             &it,
-            Phase::Create,
             &created(&it, Uuid::nil(), false, amount),
             1,
             true,
         );
-        let v = violations(&found);
-        assert!(
-            v.iter()
-                .any(|m| m.contains("after the key was acknowledged")),
-            "{v:?}"
-        );
+        assert_flagged(&found, &["after the key was acknowledged"]);
     }
 
     #[test]
     fn a_created_transfer_must_match_the_request() {
         let (found, it) = (Violations::default(), test_factory("unique=1").make(1));
         let amount = it.body.amount + 1;
-        judge(
+        create(
             &found,
             &it,
-            Phase::Create,
             &created(&it, Uuid::nil(), false, amount),
             0,
             false,
         );
-        let v = violations(&found);
-        assert!(
-            v.iter().any(|m| m.contains("differs from the request")),
-            "{v:?}"
-        );
+        assert_flagged(&found, &["differs from the request"]);
     }
 
     #[test]
@@ -468,10 +430,9 @@ mod tests {
         let v = violations(&found);
         assert!(v[0].contains("changed amount was answered 201"), "{v:?}");
         // Creating with the reused-key problem is a violation too.
-        judge(
+        create(
             &found,
             &it,
-            Phase::Create,
             &problem(422, "idempotency-key-reused"),
             0,
             false,
@@ -489,24 +450,17 @@ mod tests {
             (429, "rate-limited"),
         ] {
             assert!(matches!(
-                judge(&found, &it, Phase::Create, &problem(status, slug), 0, false),
+                create(&found, &it, &problem(status, slug), 0, false),
                 Next::Retry
             ));
         }
         assert_eq!(violations(&found), Vec::<String>::new());
         assert!(matches!(
-            judge(&found, &it, Phase::Create, &problem(500, "oops"), 0, false),
+            create(&found, &it, &problem(500, "oops"), 0, false),
             Next::Retry
         ));
         assert!(matches!(
-            judge(
-                &found,
-                &it,
-                Phase::Create,
-                &problem(401, "unauthorized"),
-                0,
-                false
-            ),
+            create(&found, &it, &problem(401, "unauthorized"), 0, false),
             Next::Done(End::Unexpected)
         ));
         assert_eq!(violations(&found).len(), 2);

@@ -83,14 +83,12 @@ pub struct Shard {
     /// Attempts of new keys waiting for the next flush.
     queue: VecDeque<Submit>,
     /// Parts of a failed flush, retried before anything new so that the
-    /// failure lands on the attempt that caused it.
-    split: VecDeque<Vec<Submit>>,
+    /// failure lands on the attempt that caused it, each with the times its
+    /// attempts were already retried after a lock timeout off their rows.
+    split: VecDeque<(Vec<Submit>, u32)>,
     /// Keys being written, with the attempts that wait for their outcome.
     waiting: HashMap<Scope, Vec<Waiter>>,
     waiter_count: usize,
-    /// Flushes of a key retried whole after a lock timeout off its rows;
-    /// only keys in `waiting` have an entry.
-    lock_retries: HashMap<Scope, u32>,
     /// Attempts in flushes now in flight.
     flushing: usize,
     /// Flushes in flight (at most `flushes_in_flight_max`).
@@ -123,7 +121,6 @@ impl Shard {
             split: VecDeque::new(),
             waiting: HashMap::new(),
             waiter_count: 0,
-            lock_retries: HashMap::new(),
             flushing: 0,
             flushes: 0,
             executing: false,
@@ -133,7 +130,7 @@ impl Shard {
 
     fn held(&self) -> usize {
         self.queue.len()
-            + self.split.iter().map(Vec::len).sum::<usize>()
+            + self.split.iter().map(|(part, _)| part.len()).sum::<usize>()
             + self.waiter_count
             + self.flushing
     }
@@ -149,19 +146,19 @@ impl Shard {
     /// by themselves under load.
     fn flush_if_idle(&mut self, ctx: &mut Context<Self>) {
         while !self.executing && self.flushes < self.limits.flushes_in_flight_max {
-            let batch = match self.split.pop_front() {
+            let (batch, lock_retries) = match self.split.pop_front() {
                 Some(part) => part,
                 None if self.queue.is_empty() => return,
                 None => {
                     let n = self.queue.len().min(self.limits.batch_size_max);
-                    self.queue.drain(..n).collect()
+                    (self.queue.drain(..n).collect(), 0)
                 }
             };
-            self.start_flush(batch, ctx);
+            self.start_flush(batch, lock_retries, ctx);
         }
     }
 
-    fn start_flush(&mut self, batch: Vec<Submit>, ctx: &mut Context<Self>) {
+    fn start_flush(&mut self, batch: Vec<Submit>, lock_retries: u32, ctx: &mut Context<Self>) {
         let n = batch.len();
         assert!(n > 0 && n <= self.limits.batch_size_max);
         self.flushing += n;
@@ -205,7 +202,7 @@ impl Shard {
                         .record(started.elapsed().as_secs_f64());
                     shard.flushing -= n;
                     shard.flushes -= 1;
-                    shard.settle(writes, replies, result, handoff, started);
+                    shard.settle(writes, replies, result, handoff, started, lock_retries);
                     shard.report_depth();
                     shard.flush_if_idle(ctx);
                 }),
@@ -221,6 +218,7 @@ impl Shard {
         result: Result<Vec<WriteOutcome>, StoreError>,
         handoff: OutboxHandoff,
         started: Instant,
+        lock_retries: u32,
     ) {
         let reserved = match handoff {
             OutboxHandoff::Claimed { .. } => writes.len(),
@@ -232,7 +230,7 @@ impl Shard {
                 if let Some(h) = &self.handoff {
                     h.release(reserved);
                 }
-                self.flush_failed(writes, replies, e);
+                self.flush_failed(writes, replies, e, lock_retries);
                 return;
             }
         };
@@ -281,54 +279,39 @@ impl Shard {
     /// A flush's transaction failed. When Postgres refused something about
     /// particular rows (a row lock held elsewhere, a value), the batch is
     /// split in two and each half retried, until the failure is down to the
-    /// one attempt at fault: one attempt never fails the others. A failure
-    /// of Postgres as a whole fails the batch: every attempt gets 503.
+    /// one attempt at fault: one attempt never fails the others. A lock
+    /// timeout off the rows blames no attempt: the batch is retried whole
+    /// (`lock_retries` times so far). A failure of Postgres as a whole fails
+    /// the batch: every attempt gets 503.
     fn flush_failed(
         &mut self,
         writes: Vec<KeyWrite>,
         replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,
         error: StoreError,
+        lock_retries: u32,
     ) {
         let n = writes.len();
         let off_rows = error.is_lock_timeout_off_rows();
-        if off_rows {
+        if off_rows && lock_retries < self.limits.lock_retries_max {
             // No other writer holds these keys: the flush waited on a lock
             // of the table (or of its growth) past the lock timeout, which
             // says nothing about any attempt. Retried whole, up to
             // `lock_retries_max` times; then Postgres is as good as stalled
-            // for these keys, which is a 503, not a 409 for any of them.
-            let tries = writes
-                .iter()
-                .map(|w| self.lock_retries.get(&scope_of(w)).copied().unwrap_or(0))
-                .max()
-                .unwrap_or(0);
-            if tries < self.limits.lock_retries_max {
-                tracing::debug!(shard = self.index, batch = n, error = %error, "flush waited past the lock timeout off its rows; retrying it");
-                self.metrics.flush_retries.increment(1);
-                for w in &writes {
-                    self.lock_retries.insert(scope_of(w), tries + 1);
-                }
-                let batch = writes
-                    .into_iter()
-                    .zip(replies)
-                    .map(|(write, (reply, body))| Submit { write, body, reply })
-                    .collect();
-                self.split.push_front(batch);
-                return;
-            }
+            // for these keys, which is a 503 below, not a 409 for any of them.
+            tracing::debug!(shard = self.index, batch = n, error = %error, "flush waited past the lock timeout off its rows; retrying it");
+            self.metrics.flush_retries.increment(1);
+            self.split
+                .push_front((resubmit(writes, replies), lock_retries + 1));
+            return;
         }
         if n > 1 && error.is_row_specific() && !off_rows {
             tracing::debug!(shard = self.index, batch = n, error = %error, "flush refused; retrying it in halves");
             self.metrics.flush_splits.increment(1);
-            let mut parts: Vec<Submit> = writes
-                .into_iter()
-                .zip(replies)
-                .map(|(write, (reply, body))| Submit { write, body, reply })
-                .collect();
+            let mut parts = resubmit(writes, replies);
             let back = parts.split_off(n / 2);
             // Front of the line, in order: keys keep their place in `waiting`.
-            self.split.push_front(back);
-            self.split.push_front(parts);
+            self.split.push_front((back, lock_retries));
+            self.split.push_front((parts, lock_retries));
             return;
         }
         // A lock held elsewhere past the lock timeout: the key is being
@@ -350,8 +333,6 @@ impl Shard {
     /// `failed` when the write failed), and a known answer is cached.
     fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>, failed: Verdict) {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
-        self.lock_retries.remove(scope);
-        debug_assert!(self.lock_retries.len() <= self.waiting.len());
         self.waiter_count -= waiters.len();
         for w in waiters {
             let v = answer
@@ -363,6 +344,18 @@ impl Shard {
             self.cache.put(scope.clone(), a);
         }
     }
+}
+
+/// A failed flush's attempts, put back together to be flushed again.
+fn resubmit(
+    writes: Vec<KeyWrite>,
+    replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,
+) -> Vec<Submit> {
+    writes
+        .into_iter()
+        .zip(replies)
+        .map(|(write, (reply, body))| Submit { write, body, reply })
+        .collect()
 }
 
 /// The outbox row a flush wrote claimed for `write`'s transfer.

@@ -265,11 +265,8 @@ pub fn event_id_floor(at: std::time::SystemTime) -> Uuid {
     let ms = at
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let mut bytes = [0u8; 16];
-    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-    bytes[6] = 0x70; // version 7
-    bytes[8] = 0x80; // RFC 9562 variant
-    let floor = Uuid::from_bytes(bytes);
+    // Its counter and random bits all zero: the least id of that millisecond.
+    let floor = uuid::Builder::from_unix_timestamp_millis(ms, &[0; 10]).into_uuid();
     debug_assert_eq!(floor.get_version_num(), 7);
     floor
 }

@@ -104,6 +104,14 @@ pub struct ServeConfig {
     /// be durable, so the two overlap without competing for Postgres's CPU.
     #[arg(long, env = "PAYRAIL_SHARD_FLUSHES", default_value_t = 2)]
     pub shard_flushes: usize,
+    /// Fewest attempts a flush needs to start while another flush of its
+    /// shard is still in flight (committing). A smaller batch waits for that
+    /// commit instead: under light load two small flushes at once cost
+    /// Postgres more (they contend for the same pages) than one flush
+    /// twice the size, and answer later; under heavy load batches are large
+    /// and the overlap keeps Postgres busy during commits.
+    #[arg(long, env = "PAYRAIL_SHARD_OVERLAP_MIN", default_value_t = 16)]
+    pub shard_overlap_min: usize,
     /// How long a flush waits for a row lock held by another transaction
     /// (another process writing the same key, or one frozen mid-transaction)
     /// before it splits the batch, so only the attempt that waited answers
@@ -268,6 +276,7 @@ impl ServeConfig {
             ("--relay-queue", self.relay.relay_queue),
             ("--relay-settle-batch", self.relay.relay_settle_batch),
             ("--shard-flushes", self.shard_flushes),
+            ("--shard-overlap-min", self.shard_overlap_min),
             ("--webhook-concurrency", self.webhooks.webhook_concurrency),
             (
                 "--webhook-response-bytes",

@@ -111,6 +111,7 @@ impl Shard {
         handoff: Option<Handoff>,
     ) -> Self {
         assert!(limits.batch_size_max > 0 && limits.flushes_in_flight_max > 0);
+        assert!(limits.overlap_batch_min > 0);
         Self {
             index,
             metrics: ShardMetrics::new(index),
@@ -140,19 +141,21 @@ impl Shard {
         self.metrics.cache_entries.set(self.cache.len() as f64);
     }
 
-    /// Starts flushes while one may start: none is running its statements,
-    /// fewer than `flushes_in_flight_max` are in flight, and attempts wait.
-    /// Attempts that arrive meanwhile form the next batch, so batches grow
-    /// by themselves under load.
+    /// Starts flushes while [`may_start_flush`] allows one. Attempts that
+    /// arrive meanwhile form the next batch, so batches grow by themselves
+    /// under load.
     fn flush_if_idle(&mut self, ctx: &mut Context<Self>) {
-        while !self.executing && self.flushes < self.limits.flushes_in_flight_max {
+        loop {
+            let ready = match self.split.front() {
+                Some((part, _)) => part.len(),
+                None => self.queue.len().min(self.limits.batch_size_max),
+            };
+            if !may_start_flush(&self.limits, self.executing, self.flushes, ready) {
+                return;
+            }
             let (batch, lock_retries) = match self.split.pop_front() {
                 Some(part) => part,
-                None if self.queue.is_empty() => return,
-                None => {
-                    let n = self.queue.len().min(self.limits.batch_size_max);
-                    (self.queue.drain(..n).collect(), 0)
-                }
+                None => (self.queue.drain(..ready).collect(), 0),
             };
             self.start_flush(batch, lock_retries, ctx);
         }
@@ -346,6 +349,21 @@ impl Shard {
     }
 }
 
+/// Whether a flush of `ready` attempts may start: attempts wait, no flush
+/// is running its statements, fewer than `flushes_in_flight_max` are in
+/// flight, and, when another flush is in flight (committing), the batch has
+/// at least `overlap_batch_min` attempts (a full batch always may). Under
+/// light load the few attempts waiting are better served by one flush once
+/// that commit is done than by a second small flush that competes with it
+/// for the same pages.
+fn may_start_flush(limits: &ShardLimits, executing: bool, flushes: usize, ready: usize) -> bool {
+    let overlap_min = limits.overlap_batch_min.min(limits.batch_size_max);
+    ready > 0
+        && !executing
+        && flushes < limits.flushes_in_flight_max
+        && (flushes == 0 || ready >= overlap_min)
+}
+
 /// A failed flush's attempts, put back together to be flushed again.
 fn resubmit(
     writes: Vec<KeyWrite>,
@@ -419,5 +437,56 @@ impl Handler<Submit> for Shard {
         self.queue.push_back(msg);
         self.report_depth();
         self.flush_if_idle(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::FlushLimits;
+
+    fn limits(batch_size_max: usize, overlap_batch_min: usize) -> ShardLimits {
+        ShardLimits {
+            batch_size_max,
+            queue_len_max: 4096,
+            cache_entries_max: 16,
+            flushes_in_flight_max: 2,
+            overlap_batch_min,
+            lock_retries_max: 3,
+            flush: FlushLimits {
+                key_retention: Duration::from_secs(60),
+                lock_timeout: Duration::from_millis(250),
+            },
+        }
+    }
+
+    #[test]
+    fn an_idle_shard_flushes_any_batch_at_once() {
+        let l = limits(256, 16);
+        assert!(may_start_flush(&l, false, 0, 1));
+        assert!(!may_start_flush(&l, false, 0, 0), "nothing to write");
+    }
+
+    #[test]
+    fn a_small_batch_waits_for_the_commit_in_flight() {
+        let l = limits(256, 16);
+        assert!(!may_start_flush(&l, false, 1, 15));
+        assert!(may_start_flush(&l, false, 1, 16));
+    }
+
+    #[test]
+    fn no_flush_starts_while_one_runs_its_statements_or_at_the_cap() {
+        let l = limits(256, 16);
+        assert!(!may_start_flush(&l, true, 1, 256));
+        assert!(!may_start_flush(&l, false, 2, 256));
+    }
+
+    #[test]
+    fn a_full_batch_may_overlap_even_below_the_overlap_minimum() {
+        let l = limits(8, 16);
+        assert!(may_start_flush(&l, false, 1, 8));
+        assert!(!may_start_flush(&l, false, 1, 7));
     }
 }

@@ -30,6 +30,8 @@ pub struct ShardLimits {
     /// Most flushes of one shard in flight at once; a new one starts only
     /// when the previous one has reached its COMMIT.
     pub flushes_in_flight_max: usize,
+    /// Fewest attempts a flush needs to start while another one is in flight.
+    pub overlap_batch_min: usize,
     /// Times a flush is retried whole after a lock timeout on a lock that
     /// is not a row's (see `StoreError::is_lock_timeout_off_rows`).
     pub lock_retries_max: u32,

@@ -49,8 +49,15 @@ impl Application {
         // The relay first: the shards hand it the rows they claim.
         let handoff = match &config.provider_url {
             Some(url) => {
-                let provider = Arc::new(HttpProvider::new(url, config.relay.provider_timeout)?);
                 let r = &config.relay;
+                // One idle connection per call the relay may have in flight:
+                // with fewer, every burst of calls closes the surplus and
+                // the next opens them again.
+                let provider = Arc::new(HttpProvider::with_pool(
+                    url,
+                    r.provider_timeout,
+                    r.relay_concurrency,
+                )?);
                 let limits = RelayLimits {
                     concurrency_max: r.relay_concurrency,
                     poll_interval: r.relay_poll,
@@ -83,6 +90,7 @@ impl Application {
             queue_len_max: config.shard_queue,
             cache_entries_max: config.replay_cache,
             flushes_in_flight_max: config.shard_flushes,
+            overlap_batch_min: config.shard_overlap_min,
             lock_retries_max: config.db_lock_retries,
             flush: FlushLimits {
                 key_retention: config.key_retention,

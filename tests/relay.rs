@@ -200,6 +200,39 @@ async fn under_provider_faults_every_transfer_executes_exactly_once() {
 }
 
 #[actix_web::test]
+async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
+    // Calls slow enough that the relay keeps all 48 of its calls in flight:
+    // more than a client pool of reqwest's usual size keeps idle. Each
+    // burst of answers must go back to the pool, not be closed and
+    // reopened by the next burst.
+    let sim = spawn_sim(SimArgs {
+        latency_ms: 100,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let quiet = spawn_app_with(&db, &[]).await;
+    quiet.create_transfers(480, &transfer_body()).await;
+    let app = spawn_relaying(&db, &sim.url(), &["--relay-concurrency", "48"])
+        .await
+        .acting_for(&quiet);
+    wait_for(
+        "480 succeeded transfers",
+        Duration::from_secs(60),
+        || async { app.count_status("succeeded").await == 480 },
+    )
+    .await;
+    let stats = sim_stats(&sim).await;
+    assert_eq!(stats.executions, 480);
+    // 48 for the relay, one for this request for the stats.
+    assert!(
+        stats.connections <= 49,
+        "the relay reconnected: {} connections for 48 calls in flight",
+        stats.connections
+    );
+}
+
+#[actix_web::test]
 async fn two_processes_drain_one_outbox_without_sending_a_row_twice() {
     let sim = spawn_sim(SimArgs {
         latency_ms: 20,

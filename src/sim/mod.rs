@@ -225,11 +225,13 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
             .with_repeat_reject_rate(args.repeat_reject_rate),
         latency: Duration::from_millis(args.latency_ms),
     });
+    let counter = app.clone();
     let mut server = HttpServer::new(move || {
         actix_web::App::new()
             .app_data(app.clone())
             .configure(handlers::configure)
     })
+    .on_connect(move |_, _| counter.state.count_connection())
     // Signals are the embedder's business; `run` handles them itself.
     .disable_signals()
     // A sim has no long requests worth waiting for at shutdown.

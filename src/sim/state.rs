@@ -60,6 +60,11 @@ impl SimState {
         crate::sync::lock(&self.inner)
     }
 
+    /// Counts one accepted TCP connection.
+    pub fn count_connection(&self) {
+        self.lock().stats.connections += 1;
+    }
+
     /// Counts one `POST /payouts`, before anything else can reject it.
     pub fn count_request(&self) {
         self.lock().stats.requests += 1;

@@ -109,6 +109,9 @@ pub struct Stats {
     pub injected_failures: u64,
     /// Connections dropped after execution by `--ambiguous-rate`.
     pub ambiguous_drops: u64,
+    /// TCP connections accepted, on every route: a client that keeps its
+    /// connections alive opens about as many as it has requests in flight.
+    pub connections: u64,
 }
 
 /// `GET /payouts/{id}`: the request as first received, its decision, and how

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{
     fresh_database, sim_stats, spawn_app_with, spawn_sim, transfer_body, wait_for, TestApp,
 };
-use payrail::sim::SimArgs;
+use payrail::sim::{SimArgs, SimServer};
 use serde_json::{json, Value};
 
 /// Relay flags that keep tests quick: short polls and backoff.
@@ -34,6 +34,24 @@ async fn spawn_relaying(db: &str, provider_url: &str, extra: &[&str]) -> TestApp
     flags.extend(extra.iter().map(|s| s.to_string()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     spawn_app_with(db, &flags).await
+}
+
+/// A provider-sim answering after `latency_ms`, and `n` transfers written
+/// to a fresh database by a process without a relay, still pending: the
+/// sim, the database, that process and the transfers' ids.
+async fn pending_behind_a_slow_sim(
+    n: usize,
+    latency_ms: u64,
+) -> (SimServer, String, TestApp, Vec<String>) {
+    let sim = spawn_sim(SimArgs {
+        latency_ms,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let quiet = spawn_app_with(&db, &[]).await;
+    let ids = quiet.create_transfers(n, &transfer_body()).await;
+    (sim, db, quiet, ids)
 }
 
 async fn transfer(app: &TestApp, id: &str) -> Value {
@@ -205,14 +223,7 @@ async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
     // more than a client pool of reqwest's usual size keeps idle. Each
     // burst of answers must go back to the pool, not be closed and
     // reopened by the next burst.
-    let sim = spawn_sim(SimArgs {
-        latency_ms: 100,
-        ..SimArgs::default()
-    })
-    .await;
-    let db = fresh_database().await;
-    let quiet = spawn_app_with(&db, &[]).await;
-    quiet.create_transfers(480, &transfer_body()).await;
+    let (sim, db, quiet, _) = pending_behind_a_slow_sim(480, 100).await;
     let app = spawn_relaying(&db, &sim.url(), &["--relay-concurrency", "48"])
         .await
         .acting_for(&quiet);
@@ -324,14 +335,7 @@ fn payrail_cli(args: &[&str]) -> std::process::Output {
 
 #[actix_web::test]
 async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
-    let sim = spawn_sim(SimArgs {
-        latency_ms: 1500,
-        ..SimArgs::default()
-    })
-    .await;
-    let db = fresh_database().await;
-    let quiet = spawn_app_with(&db, &[]).await;
-    let ids = quiet.create_transfers(10, &transfer_body()).await;
+    let (sim, db, quiet, ids) = pending_behind_a_slow_sim(10, 1500).await;
 
     let mut victim = Command::new(env!("CARGO_BIN_EXE_payrail"))
         .args([

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{
     fresh_database, sim_stats, spawn_app_with, spawn_sim, transfer_body, wait_for, TestApp,
 };
+use payrail::sim::wire::Stats;
 use payrail::sim::{SimArgs, SimServer};
 use serde_json::{json, Value};
 
@@ -52,6 +53,29 @@ async fn pending_behind_a_slow_sim(
     let quiet = spawn_app_with(&db, &[]).await;
     let ids = quiet.create_transfers(n, &transfer_body()).await;
     (sim, db, quiet, ids)
+}
+
+/// Starts a relaying process on `db` (acting for `quiet`'s client) and
+/// waits until all `n` transfers there succeeded; returns it and the sim's
+/// counters then.
+async fn relay_until_all_succeed(
+    db: &str,
+    sim: &SimServer,
+    quiet: &TestApp,
+    extra: &[&str],
+    n: i64,
+) -> (TestApp, Stats) {
+    let app = spawn_relaying(db, &sim.url(), extra)
+        .await
+        .acting_for(quiet);
+    wait_for(
+        &format!("{n} succeeded transfers"),
+        Duration::from_secs(60),
+        || async { app.count_status("succeeded").await == n },
+    )
+    .await;
+    let stats = sim_stats(sim).await;
+    (app, stats)
 }
 
 async fn transfer(app: &TestApp, id: &str) -> Value {
@@ -224,16 +248,8 @@ async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
     // burst of answers must go back to the pool, not be closed and
     // reopened by the next burst.
     let (sim, db, quiet, _) = pending_behind_a_slow_sim(480, 100).await;
-    let app = spawn_relaying(&db, &sim.url(), &["--relay-concurrency", "48"])
-        .await
-        .acting_for(&quiet);
-    wait_for(
-        "480 succeeded transfers",
-        Duration::from_secs(60),
-        || async { app.count_status("succeeded").await == 480 },
-    )
-    .await;
-    let stats = sim_stats(&sim).await;
+    let (_, stats) =
+        relay_until_all_succeed(&db, &sim, &quiet, &["--relay-concurrency", "48"], 480).await;
     assert_eq!(stats.executions, 480);
     // 48 for the relay, one for this request for the stats.
     assert!(
@@ -382,16 +398,8 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
     victim.kill().unwrap();
     victim.wait().unwrap();
 
-    let rescuer = spawn_relaying(&db, &sim.url(), &["--relay-poll", "100ms"])
-        .await
-        .acting_for(&quiet);
-    wait_for(
-        "the rescuer to finish every row",
-        Duration::from_secs(30),
-        || async { rescuer.count_status("succeeded").await == 10 },
-    )
-    .await;
-    let stats = sim_stats(&sim).await;
+    let (rescuer, stats) =
+        relay_until_all_succeed(&db, &sim, &quiet, &["--relay-poll", "100ms"], 10).await;
     assert_eq!(stats.executions, 10);
     assert_eq!(stats.distinct_ids, 10);
     for id in ids {

@@ -23,20 +23,13 @@ stack_cluster() {
     STACK_ADMIN_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres"
 }
 
-# stack_haproxy_installed: installs Debian's haproxy when it is missing.
-stack_haproxy_installed() {
-    if ! command -v haproxy >/dev/null; then
-        echo "installing haproxy"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
-    fi
-}
-
-# stack_wrk_installed: installs Debian's wrk (the benchmark's lean HTTP
-# client) when it is missing.
-stack_wrk_installed() {
-    if ! command -v wrk >/dev/null; then
-        echo "installing wrk"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+# stack_installed COMMAND: installs the Debian package of that name when
+# the command is missing (haproxy for the cluster scripts, wrk, the
+# benchmark's lean HTTP client).
+stack_installed() {
+    if ! command -v "$1" >/dev/null; then
+        echo "installing $1"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
     fi
 }
 

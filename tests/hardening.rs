@@ -209,16 +209,20 @@ async fn a_lock_timeout_is_told_apart_by_what_waited() {
          response_body, created_at, expires_at) \
          VALUES ($1, 'held', sha256('x'), gen_random_uuid(), 201, '{}', now(), now() + interval '1 hour') \
          ON CONFLICT DO NOTHING";
+    // The waiter's insert, which waits past its lock timeout.
+    let waited = || async {
+        StoreError::from(
+            waiter
+                .execute(insert_key, &[&app.client_id])
+                .await
+                .unwrap_err(),
+        )
+    };
 
     // A row: another transaction wrote the same key and has not committed.
     holder.batch_execute("BEGIN").await.unwrap();
     holder.execute(insert_key, &[&app.client_id]).await.unwrap();
-    let err = StoreError::from(
-        waiter
-            .execute(insert_key, &[&app.client_id])
-            .await
-            .unwrap_err(),
-    );
+    let err = waited().await;
     assert!(err.is_lock_timeout(), "{err}");
     assert!(!err.is_lock_timeout_off_rows(), "a row wait: {err}");
     holder.batch_execute("ROLLBACK").await.unwrap();
@@ -228,12 +232,7 @@ async fn a_lock_timeout_is_told_apart_by_what_waited() {
         .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN SHARE MODE")
         .await
         .unwrap();
-    let err = StoreError::from(
-        waiter
-            .execute(insert_key, &[&app.client_id])
-            .await
-            .unwrap_err(),
-    );
+    let err = waited().await;
     assert!(err.is_lock_timeout_off_rows(), "a table wait: {err}");
     holder.batch_execute("ROLLBACK").await.unwrap();
 }

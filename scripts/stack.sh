@@ -33,6 +33,15 @@ stack_installed() {
     fi
 }
 
+# Webhook flags of the scripts whose sink fails 10 % of deliveries on
+# purpose (smoke, chaos, cluster): loopback receivers allowed, due
+# deliveries polled every 200 ms, and the retry schedule scaled so that all
+# seven delays together take about 10 s (12 s with jitter). The load
+# generator waits 60 s after the drain for every webhook; at 0.001 the
+# delays added up to 63 s, so an event the sink refused six times in a row
+# (one run in about a hundred) arrived after that wait.
+STACK_WEBHOOK_TEST_FLAGS=(--webhook-allow-private --webhook-retry-scale 0.0001 --webhook-poll 200ms)
+
 # stack_port: sets PORT to a free port that no earlier stack_port call of
 # this script handed out (pg_free_port may hand out the same one twice
 # before anything listens on it). Call it as a command, not in $(...), so

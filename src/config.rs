@@ -40,7 +40,9 @@ pub struct DatabaseConfig {
     /// Postgres connection URL.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// Most pooled Postgres connections per process.
+    /// Most pooled Postgres connections per process, for everything but the
+    /// shards' flushes: each shard has a pool of its own, of --shard-flushes
+    /// connections.
     #[arg(long, env = "PAYRAIL_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,
     /// Pooled Postgres connections per process for authenticating API keys
@@ -102,6 +104,7 @@ pub struct ServeConfig {
     /// Flushes of one shard in flight at once. A new one starts only when
     /// the previous one has run its statements and waits for its COMMIT to
     /// be durable, so the two overlap without competing for Postgres's CPU.
+    /// Also the size of each shard's own connection pool.
     #[arg(long, env = "PAYRAIL_SHARD_FLUSHES", default_value_t = 2)]
     pub shard_flushes: usize,
     /// Fewest attempts a flush needs to start while another flush of its

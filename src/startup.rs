@@ -103,7 +103,7 @@ impl Application {
             limits,
             config.coalesce_timeout,
             handoff,
-        );
+        )?;
         arbiters.extend(shard_arbiters);
 
         let w = &config.webhooks;

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::domain::{BodyDigest, ClientId, Fingerprint, IdempotencyKey};
 use crate::relay::Handoff;
-use crate::store::{FlushLimits, KeyWrite, Store, StoredAnswer};
+use crate::store::{FlushLimits, KeyWrite, Store, StoreError, StoredAnswer};
 
 pub use actor::{Shard, Submit};
 pub use cache::{CachedAnswer, ReplayCache, Scope};
@@ -66,22 +66,24 @@ pub struct ShardRouter {
 }
 
 impl ShardRouter {
-    /// Starts `count` shards, each on an `Arbiter` (thread) of its own; the
-    /// caller keeps the arbiters and stops them at shutdown.
+    /// Starts `count` shards, each on an `Arbiter` (thread) of its own with
+    /// a write pool of its own (one connection per flush in flight, driven
+    /// on that thread); the caller keeps the arbiters and stops them at
+    /// shutdown.
     pub fn start(
         count: usize,
         store: &Store,
         limits: ShardLimits,
         coalesce_timeout: Duration,
         handoff: Option<Handoff>,
-    ) -> (Self, Vec<Arbiter>) {
+    ) -> Result<(Self, Vec<Arbiter>), StoreError> {
         assert!(count > 0, "at least one shard");
         let mut arbiters = Vec::with_capacity(count);
         let mut shards = Vec::with_capacity(count);
         let mut caches = Vec::with_capacity(count);
         for index in 0..count {
             let arbiter = Arbiter::new();
-            let store = store.clone();
+            let store = store.with_own_pool(limits.flushes_in_flight_max)?;
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
             let handoff = handoff.clone();
@@ -92,14 +94,14 @@ impl ShardRouter {
             }));
             arbiters.push(arbiter);
         }
-        (
+        Ok((
             Self {
                 shards: shards.into(),
                 caches: caches.into(),
                 coalesce_timeout,
             },
             arbiters,
-        )
+        ))
     }
 
     /// The committed answer of a key still in its shard's cache, read on the

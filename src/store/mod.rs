@@ -106,6 +106,32 @@ pub struct Store {
     /// For the relay's LISTEN connection, which must not come from the pool.
     pg_config: tokio_postgres::Config,
     op_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+/// A pool of at most `size` connections whose waits, opening and recycling
+/// are each bounded.
+fn build_pool(
+    pg: &tokio_postgres::Config,
+    size: usize,
+    op_timeout: Duration,
+    connect_timeout: Duration,
+) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        pg.clone(),
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(op_timeout))
+        .create_timeout(Some(connect_timeout))
+        .recycle_timeout(Some(connect_timeout))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Config(e.to_string()))
 }
 
 impl Store {
@@ -127,28 +153,30 @@ impl Store {
             cfg.db_timeout.as_millis(),
             cfg.db_timeout.as_millis()
         ));
-        let build = |size: usize| {
-            let manager = Manager::from_config(
-                pg.clone(),
-                NoTls,
-                ManagerConfig {
-                    recycling_method: RecyclingMethod::Fast,
-                },
-            );
-            Pool::builder(manager)
-                .max_size(size)
-                .wait_timeout(Some(cfg.db_timeout))
-                .create_timeout(Some(cfg.db_connect_timeout))
-                .recycle_timeout(Some(cfg.db_connect_timeout))
-                .runtime(Runtime::Tokio1)
-                .build()
-                .map_err(|e| StoreError::Config(e.to_string()))
-        };
+        let connect_timeout = cfg.db_connect_timeout;
         Ok(Self {
-            pool: build(cfg.db_pool_size)?,
-            auth_pool: build(cfg.auth_db_pool_size)?,
+            pool: build_pool(&pg, cfg.db_pool_size, cfg.db_timeout, connect_timeout)?,
+            auth_pool: build_pool(&pg, cfg.auth_db_pool_size, cfg.db_timeout, connect_timeout)?,
             pg_config: pg,
             op_timeout: cfg.db_timeout,
+            connect_timeout,
+        })
+    }
+
+    /// The same database through a write pool of its own, of `size`
+    /// connections, for an actor that runs on a thread of its own.
+    ///
+    /// Why: a connection's I/O is driven by a task on the thread that opened
+    /// it. In the shared pool that is whichever thread first needed one (the
+    /// main thread at startup, an HTTP worker), so each statement of a shard
+    /// hopped to that thread and back: two more wake-ups per round trip, on
+    /// a thread the scheduler may not run soon. A pool used only from one
+    /// thread opens, and so drives, its connections there.
+    pub fn with_own_pool(&self, size: usize) -> Result<Self, StoreError> {
+        assert!(size > 0, "a pool of no connections can run nothing");
+        Ok(Self {
+            pool: build_pool(&self.pg_config, size, self.op_timeout, self.connect_timeout)?,
+            ..self.clone()
         })
     }
 

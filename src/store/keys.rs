@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Json;
 use uuid::Uuid;
 
+use super::tx::OpenTx;
 use super::{Store, StoreError};
 use crate::domain::{ClientId, Fingerprint, IdempotencyKey, Transfer};
 
@@ -191,13 +192,13 @@ impl Store {
             OutboxHandoff::Claimed { lease } => (true, lease),
         };
         let lock_timeout = format!(
-            "SET LOCAL lock_timeout = {}",
+            "SET LOCAL lock_timeout = {};",
             limits.lock_timeout.as_millis().max(1)
         );
-        self.with_client(|mut client| async move {
+        self.with_client(|client| async move {
             let cols = Columns::of(batch);
-            let tx = client.transaction().await?;
-            let insert = tx.prepare_cached(INSERT_BATCH).await?;
+            let tx = OpenTx::new(client);
+            let insert = tx.client().prepare_cached(INSERT_BATCH).await?;
             let retention = limits.key_retention.as_secs_f64();
             let lease = lease.as_secs_f64();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
@@ -217,14 +218,31 @@ impl Store {
                 &claim,
                 &lease,
             ];
-            // Both go out in one round trip (the driver pipelines them).
-            let (set, rows) =
-                futures::join!(tx.batch_execute(&lock_timeout), tx.query(&insert, &params));
-            set?;
-            let inserted: HashSet<Uuid> = rows?.iter().map(|r| r.get(0)).collect();
-            if !inserted.is_empty() && !claim {
-                tx.batch_execute(NOTIFY_OUTBOX).await?;
-            }
+            // BEGIN, the insert and the NOTIFY go out in one round trip. The
+            // NOTIFY is sent before anyone knows whether a row was won: when
+            // none was (every key already taken), relays wake for nothing,
+            // which costs less than a round trip of its own in every flush.
+            let notify = async {
+                match claim {
+                    true => Ok(()),
+                    false => tx.client().batch_execute(NOTIFY_OUTBOX).await,
+                }
+            };
+            let (begun, rows, notified) = futures::join!(
+                tx.begin(&lock_timeout),
+                tx.client().query(&insert, &params),
+                notify
+            );
+            // The first failure is the cause; what follows it failed only
+            // because the transaction was aborted.
+            let rows = match (begun, rows, notified) {
+                (Ok(()), Ok(rows), Ok(())) => rows,
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    tx.rollback().await;
+                    return Err(e.into());
+                }
+            };
+            let inserted: HashSet<Uuid> = rows.iter().map(|r| r.get(0)).collect();
 
             let lost: Vec<&KeyWrite> = batch
                 .iter()
@@ -237,8 +255,8 @@ impl Store {
                     .iter()
                     .map(|w| w.transfer.idempotency_key.as_str())
                     .collect();
-                let select = tx.prepare_cached(SELECT_EXISTING).await?;
-                for row in tx.query(&select, &[&clients, &keys]).await? {
+                let select = tx.client().prepare_cached(SELECT_EXISTING).await?;
+                for row in tx.client().query(&select, &[&clients, &keys]).await? {
                     let (scope, answer) = answer_from_row(&row)?;
                     existing.insert(scope, answer);
                 }

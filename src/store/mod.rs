@@ -8,6 +8,7 @@ mod migrate;
 mod notify;
 pub mod outbox;
 mod transfers;
+mod tx;
 pub mod webhooks;
 
 use std::future::Future;

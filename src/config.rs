@@ -238,6 +238,12 @@ pub struct RelayConfig {
     /// Fallback poll interval when no notification arrives.
     #[arg(long, env = "PAYRAIL_RELAY_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub relay_poll: Duration,
+    /// Least time between two NOTIFYs that wake the relays of every process
+    /// after flushes committed rows none of them claimed; each NOTIFY
+    /// answers every such flush since the one before. A NOTIFY in each
+    /// flush cost Postgres a fifth of its CPU per transfer (docs/BENCHMARKS.md).
+    #[arg(long, env = "PAYRAIL_RELAY_WAKE_INTERVAL", default_value = "10ms", value_parser = humantime::parse_duration)]
+    pub relay_wake_interval: Duration,
     /// How long a claimed row is held; must exceed the provider timeout so a
     /// live call is never duplicated by a takeover.
     #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -321,6 +327,9 @@ impl ServeConfig {
         check_retention("--event-retention", self.event_retention)?;
         if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
             return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
+        }
+        if self.relay.relay_wake_interval >= self.relay.relay_poll {
+            return Err("--relay-wake-interval must be below --relay-poll".into());
         }
         Ok(())
     }

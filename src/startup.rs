@@ -13,7 +13,7 @@ use crate::config::ServeConfig;
 use crate::domain::webhook::AddressPolicy;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
-use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits};
+use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
@@ -103,6 +103,7 @@ impl Application {
             limits,
             config.coalesce_timeout,
             handoff,
+            RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
         )?;
         arbiters.extend(shard_arbiters);
 

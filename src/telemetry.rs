@@ -132,6 +132,10 @@ fn describe_metrics() {
         "Claimed rows left to their lease because they were too old to call safely"
     );
     describe_histogram!("payrail_relay_claim_size", "Rows per outbox claim");
+    describe_counter!(
+        "payrail_relay_wakeups_total",
+        "NOTIFYs sent to wake the relays after flushes wrote rows none of them claimed"
+    );
     describe_histogram!(
         "payrail_relay_settle_batch_size",
         "Provider outcomes settled per transaction"

@@ -242,6 +242,44 @@ async fn under_provider_faults_every_transfer_executes_exactly_once() {
 }
 
 #[actix_web::test]
+async fn flushes_without_a_relay_wake_the_relay_of_another_process() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let db = fresh_database().await;
+    // It polls once a minute: only a notification makes it claim sooner.
+    let relaying =
+        spawn_app_with(&db, &["--provider-url", &sim.url(), "--relay-poll", "60s"]).await;
+    let quiet = spawn_app_with(&db, &[]).await;
+    // Its LISTEN in effect, the relay catches up once (on an empty outbox);
+    // the transfers below come after that.
+    let listening = || async {
+        let n: i64 = relaying
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail-listen-payrail_outbox'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    };
+    wait_for("the relay's LISTEN", Duration::from_secs(10), listening).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two flushes apart, each of which must lead to a NOTIFY of its own.
+    for n in 1..=2 {
+        quiet.create_transfers(1, &transfer_body()).await;
+        wait_for(
+            &format!("{n} succeeded transfers, long before the next poll"),
+            Duration::from_secs(10),
+            || async { quiet.count_status("succeeded").await == n },
+        )
+        .await;
+    }
+    assert_eq!(sim_stats(&sim).await.executions, 2);
+}
+
+#[actix_web::test]
 async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
     // Calls slow enough that the relay keeps all 48 of its calls in flight:
     // more than a client pool of reqwest's usual size keeps idle. Each

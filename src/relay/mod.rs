@@ -5,10 +5,12 @@
 mod actor;
 mod backoff;
 mod handoff;
+mod nudge;
 
 pub use actor::{Deliver, Relay, Wake};
 pub use backoff::retry_delay;
 pub use handoff::{Handoff, HandoffCount};
+pub use nudge::RelayNudge;
 
 use std::time::Duration;
 

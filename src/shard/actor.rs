@@ -9,7 +9,7 @@ use super::cache::{CachedAnswer, ReplayCache, Scope};
 use super::{verdict, ShardLimits, Verdict};
 use crate::domain::{BodyDigest, Fingerprint};
 use crate::provider::Payout;
-use crate::relay::Handoff;
+use crate::relay::{Handoff, RelayNudge};
 use crate::store::outbox::ClaimedRow;
 use crate::store::{KeyWrite, OutboxHandoff, Store, StoreError, WriteOutcome};
 
@@ -80,6 +80,9 @@ pub struct Shard {
     limits: ShardLimits,
     /// Where rows claimed by a flush go; `None` when this process has no relay.
     handoff: Option<Handoff>,
+    /// Wakes the relays of every process after a flush committed rows that
+    /// none of them claimed.
+    nudge: RelayNudge,
     /// Attempts of new keys waiting for the next flush.
     queue: VecDeque<Submit>,
     /// Parts of a failed flush, retried before anything new so that the
@@ -109,6 +112,7 @@ impl Shard {
         limits: ShardLimits,
         cache: Arc<ReplayCache>,
         handoff: Option<Handoff>,
+        nudge: RelayNudge,
     ) -> Self {
         assert!(limits.batch_size_max > 0 && limits.flushes_in_flight_max > 0);
         assert!(limits.overlap_batch_min > 0);
@@ -118,6 +122,7 @@ impl Shard {
             store,
             limits,
             handoff,
+            nudge,
             queue: VecDeque::new(),
             split: VecDeque::new(),
             waiting: HashMap::new(),
@@ -175,7 +180,7 @@ impl Shard {
         // Claim the rows for this process's relay when it has room for them.
         let handoff = match &self.handoff {
             Some(h) if h.try_reserve(n) => OutboxHandoff::Claimed { lease: h.lease() },
-            _ => OutboxHandoff::Notify,
+            _ => OutboxHandoff::Unclaimed,
         };
         let (executed_tx, executed_rx) = oneshot::channel();
         let store = self.store.clone();
@@ -225,7 +230,7 @@ impl Shard {
     ) {
         let reserved = match handoff {
             OutboxHandoff::Claimed { .. } => writes.len(),
-            OutboxHandoff::Notify => 0,
+            OutboxHandoff::Unclaimed => 0,
         };
         let outcomes = match result {
             Ok(outcomes) => outcomes,
@@ -239,6 +244,7 @@ impl Shard {
         };
         assert_eq!(outcomes.len(), writes.len(), "one outcome per write");
         let mut claimed = Vec::new();
+        let mut unclaimed = 0usize;
         for ((write, (reply, digest)), outcome) in writes.into_iter().zip(replies).zip(outcomes) {
             let scope = scope_of(&write);
             let fingerprint = write.fingerprint;
@@ -252,6 +258,8 @@ impl Shard {
                     let _ = reply.send(Verdict::Created(answer.clone()));
                     if reserved > 0 {
                         claimed.push(claimed_row(&write));
+                    } else {
+                        unclaimed += 1;
                     }
                     Some((answer, until(self.limits.flush.key_retention)))
                 }
@@ -276,6 +284,10 @@ impl Shard {
         if let Some(h) = &self.handoff {
             h.release(reserved - claimed.len());
             h.deliver(claimed, started);
+        }
+        // Committed: a relay woken now finds the rows.
+        if unclaimed > 0 {
+            self.nudge.nudge();
         }
     }
 

@@ -12,7 +12,7 @@ use actix::{Actor, Addr, Arbiter};
 use sha2::{Digest, Sha256};
 
 use crate::domain::{BodyDigest, ClientId, Fingerprint, IdempotencyKey};
-use crate::relay::Handoff;
+use crate::relay::{Handoff, RelayNudge};
 use crate::store::{FlushLimits, KeyWrite, Store, StoreError, StoredAnswer};
 
 pub use actor::{Shard, Submit};
@@ -76,6 +76,7 @@ impl ShardRouter {
         limits: ShardLimits,
         coalesce_timeout: Duration,
         handoff: Option<Handoff>,
+        nudge: RelayNudge,
     ) -> Result<(Self, Vec<Arbiter>), StoreError> {
         assert!(count > 0, "at least one shard");
         let mut arbiters = Vec::with_capacity(count);
@@ -87,10 +88,11 @@ impl ShardRouter {
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
             let handoff = handoff.clone();
+            let nudge = nudge.clone();
             shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
                 // A real bound: `try_send` fails once this many messages wait.
                 ctx.set_mailbox_capacity(limits.queue_len_max);
-                Shard::new(index, store, limits, cache, handoff)
+                Shard::new(index, store, limits, cache, handoff, nudge)
             }));
             arbiters.push(arbiter);
         }

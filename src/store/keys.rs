@@ -76,8 +76,10 @@ pub enum WriteOutcome {
 /// How a flush writes its outbox rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutboxHandoff {
-    /// Rows are written due and unclaimed; relays learn of them by NOTIFY.
-    Notify,
+    /// Rows are written due and unclaimed, for any relay to claim; the
+    /// caller wakes the relays once the flush has committed
+    /// (`relay::RelayNudge`).
+    Unclaimed,
     /// Rows are written already claimed by this process (attempt 1, with a
     /// lease), to be handed to its relay in memory after the commit: no
     /// claim transaction and no notification.
@@ -139,9 +141,6 @@ WITH input AS (
 )
 SELECT transfer_id FROM new_outbox";
 
-/// Wakes the relays of every process after a flush wrote unclaimed rows.
-const NOTIFY_OUTBOX: &str = "SELECT pg_notify('payrail_outbox', '')";
-
 /// Reads back the live rows that beat this batch's attempts. A separate
 /// statement, so that under READ COMMITTED it sees rows that another process
 /// committed while our insert waited on them. Also returns how long each
@@ -188,7 +187,7 @@ impl Store {
             "a key appears once per flush"
         );
         let (claim, lease) = match handoff {
-            OutboxHandoff::Notify => (false, Duration::ZERO),
+            OutboxHandoff::Unclaimed => (false, Duration::ZERO),
             OutboxHandoff::Claimed { lease } => (true, lease),
         };
         let lock_timeout = format!(
@@ -218,26 +217,13 @@ impl Store {
                 &claim,
                 &lease,
             ];
-            // BEGIN, the insert and the NOTIFY go out in one round trip. The
-            // NOTIFY is sent before anyone knows whether a row was won: when
-            // none was (every key already taken), relays wake for nothing,
-            // which costs less than a round trip of its own in every flush.
-            let notify = async {
-                match claim {
-                    true => Ok(()),
-                    false => tx.client().batch_execute(NOTIFY_OUTBOX).await,
-                }
-            };
-            let (begun, rows, notified) = futures::join!(
-                tx.begin(&lock_timeout),
-                tx.client().query(&insert, &params),
-                notify
-            );
-            // The first failure is the cause; what follows it failed only
-            // because the transaction was aborted.
-            let rows = match (begun, rows, notified) {
-                (Ok(()), Ok(rows), Ok(())) => rows,
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            // BEGIN and the insert go out in one round trip.
+            let (begun, rows) =
+                futures::join!(tx.begin(&lock_timeout), tx.client().query(&insert, &params));
+            // The first failure is the cause; the insert fails too when BEGIN did.
+            let rows = match (begun, rows) {
+                (Ok(()), Ok(rows)) => rows,
+                (Err(e), _) | (_, Err(e)) => {
                     tx.rollback().await;
                     return Err(e.into());
                 }

@@ -16,6 +16,9 @@ use crate::provider::Payout;
 /// The channel the shard flush notifies and the relay listens on.
 pub const OUTBOX_CHANNEL: &str = "payrail_outbox";
 
+/// Wakes the relays listening on the channel given as `$1`.
+const NOTIFY_OUTBOX: &str = "SELECT pg_notify($1, '')";
+
 /// A row this process now holds until its lease runs out.
 #[derive(Debug, Clone)]
 pub struct ClaimedRow {
@@ -296,6 +299,15 @@ impl Store {
         .await
     }
 
+    /// Wakes the relays of every process listening on the outbox channel.
+    pub async fn wake_relays(&self) -> Result<(), StoreError> {
+        self.with_client(|client| async move {
+            client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Puts a dead row back in line with a fresh attempt budget; false when
     /// no dead row has this id. The claim counter (the fencing token) is not
     /// lowered: a new budget starts from where it stands.
@@ -309,7 +321,7 @@ impl Store {
                 )
                 .await?;
             if n == 1 {
-                client.execute("SELECT pg_notify($1, '')", &[&OUTBOX_CHANNEL]).await?;
+                client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
             }
             Ok(n == 1)
         })

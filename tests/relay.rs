@@ -56,23 +56,22 @@ async fn pending_behind_a_slow_sim(
 }
 
 /// Starts a relaying process on `db` (acting for `quiet`'s client) and
-/// waits until all `n` transfers there succeeded; returns it and the sim's
-/// counters then.
+/// waits, at most `within`, until all `n` transfers there succeeded;
+/// returns it and the sim's counters then.
 async fn relay_until_all_succeed(
     db: &str,
     sim: &SimServer,
     quiet: &TestApp,
     extra: &[&str],
     n: i64,
+    within: Duration,
 ) -> (TestApp, Stats) {
     let app = spawn_relaying(db, &sim.url(), extra)
         .await
         .acting_for(quiet);
-    wait_for(
-        &format!("{n} succeeded transfers"),
-        Duration::from_secs(60),
-        || async { app.count_status("succeeded").await == n },
-    )
+    wait_for(&format!("{n} succeeded transfers"), within, || async {
+        app.count_status("succeeded").await == n
+    })
     .await;
     let stats = sim_stats(sim).await;
     (app, stats)
@@ -286,8 +285,15 @@ async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
     // burst of answers must go back to the pool, not be closed and
     // reopened by the next burst.
     let (sim, db, quiet, _) = pending_behind_a_slow_sim(480, 100).await;
-    let (_, stats) =
-        relay_until_all_succeed(&db, &sim, &quiet, &["--relay-concurrency", "48"], 480).await;
+    let (_, stats) = relay_until_all_succeed(
+        &db,
+        &sim,
+        &quiet,
+        &["--relay-concurrency", "48"],
+        480,
+        Duration::from_secs(60),
+    )
+    .await;
     assert_eq!(stats.executions, 480);
     // 48 for the relay, one for this request for the stats.
     assert!(
@@ -436,8 +442,15 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
     victim.kill().unwrap();
     victim.wait().unwrap();
 
-    let (rescuer, stats) =
-        relay_until_all_succeed(&db, &sim, &quiet, &["--relay-poll", "100ms"], 10).await;
+    let (rescuer, stats) = relay_until_all_succeed(
+        &db,
+        &sim,
+        &quiet,
+        &["--relay-poll", "100ms"],
+        10,
+        Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(stats.executions, 10);
     assert_eq!(stats.distinct_ids, 10);
     for id in ids {

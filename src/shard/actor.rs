@@ -243,8 +243,10 @@ impl Shard {
             }
         };
         assert_eq!(outcomes.len(), writes.len(), "one outcome per write");
+        // Rows written unclaimed wait for a relay to be woken.
+        let wake_relays =
+            reserved == 0 && outcomes.iter().any(|o| matches!(o, WriteOutcome::Inserted));
         let mut claimed = Vec::new();
-        let mut unclaimed = 0usize;
         for ((write, (reply, digest)), outcome) in writes.into_iter().zip(replies).zip(outcomes) {
             let scope = scope_of(&write);
             let fingerprint = write.fingerprint;
@@ -258,8 +260,6 @@ impl Shard {
                     let _ = reply.send(Verdict::Created(answer.clone()));
                     if reserved > 0 {
                         claimed.push(claimed_row(&write));
-                    } else {
-                        unclaimed += 1;
                     }
                     Some((answer, until(self.limits.flush.key_retention)))
                 }
@@ -286,7 +286,7 @@ impl Shard {
             h.deliver(claimed, started);
         }
         // Committed: a relay woken now finds the rows.
-        if unclaimed > 0 {
+        if wake_relays {
             self.nudge.nudge();
         }
     }

@@ -13,7 +13,8 @@ use crate::domain::webhook::NewEvent;
 use crate::domain::{ProviderText, TransferStatus};
 use crate::provider::Payout;
 
-/// The channel the shard flush notifies and the relay listens on.
+/// The channel relays listen on; notified after flushes wrote rows no relay
+/// claimed (`relay::RelayNudge`) and when a dead row is retried.
 pub const OUTBOX_CHANNEL: &str = "payrail_outbox";
 
 /// Wakes the relays listening on the channel given as `$1`.

@@ -79,6 +79,22 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The address of `target`, which must be `http` on this machine: like
+/// payrail-loadtest, this load never leaves it, whatever is typed, so
+/// every address the host resolves to must be a loopback address.
+fn loopback_addr(target: &url::Url) -> anyhow::Result<SocketAddr> {
+    anyhow::ensure!(
+        target.scheme() == "http",
+        "--target must be http://HOST:PORT"
+    );
+    let addrs = target.socket_addrs(|| Some(80))?;
+    anyhow::ensure!(
+        !addrs.is_empty() && addrs.iter().all(|a| a.ip().to_canonical().is_loopback()),
+        "{target} is not a loopback address; only 127.0.0.0/8, [::1] and localhost are allowed"
+    );
+    Ok(addrs[0])
+}
+
 /// What every connection shares: the schedule and the request template.
 struct Plan {
     addr: SocketAddr,
@@ -203,15 +219,7 @@ async fn drive(plan: Arc<Plan>, first: u32) -> Tally {
 }
 
 async fn run(args: Args) -> anyhow::Result<Tally> {
-    anyhow::ensure!(
-        args.target.scheme() == "http",
-        "--target must be http://HOST:PORT"
-    );
-    let addr = *args
-        .target
-        .socket_addrs(|| Some(80))?
-        .first()
-        .ok_or_else(|| anyhow::anyhow!("{} resolves to no address", args.target))?;
+    let addr = loopback_addr(&args.target)?;
     let host = match args.target.port() {
         Some(p) => format!("{}:{p}", args.target.host_str().unwrap_or("localhost")),
         None => args.target.host_str().unwrap_or("localhost").to_owned(),
@@ -284,5 +292,35 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_targets_are_accepted() {
+        for ok in [
+            "http://127.0.0.1:8080",
+            "http://[::1]:80/",
+            "http://127.9.9.9",
+        ] {
+            assert!(loopback_addr(&ok.parse().unwrap()).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.1:8080",
+            "https://127.0.0.1:8443",
+            "http://[::ffff:10.0.0.1]",
+            "http://192.0.2.1",
+        ] {
+            assert!(loopback_addr(&bad.parse().unwrap()).is_err(), "{bad}");
+        }
+        assert_eq!(
+            loopback_addr(&"http://[::ffff:127.0.0.1]:9".parse().unwrap())
+                .unwrap()
+                .port(),
+            9
+        );
     }
 }

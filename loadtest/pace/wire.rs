@@ -64,36 +64,61 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects, with Nagle off: a request is written in one piece and
-    /// must not wait for an ACK.
-    pub async fn open(addr: SocketAddr) -> io::Result<Connection> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(Connection {
-            stream,
-            out: Vec::with_capacity(1024),
-            buf: Vec::with_capacity(4096),
-            closed: false,
-        })
+    /// Connects to the first of `addrs` that accepts (`localhost` may
+    /// resolve to `::1` first while the server listens on 127.0.0.1), with
+    /// Nagle off: a request is written in one piece and must not wait for
+    /// an ACK.
+    pub async fn open(addrs: &[SocketAddr]) -> io::Result<Connection> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
+        for addr in addrs {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    return Ok(Connection {
+                        stream,
+                        out: Vec::with_capacity(1024),
+                        buf: Vec::with_capacity(4096),
+                        closed: false,
+                    });
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
-    /// The server said `Connection: close` in its last answer.
+    /// The server's last answer said this connection ends with it
+    /// (`Connection: close`, or HTTP/1.0 without `keep-alive`).
     pub fn closed_by_server(&self) -> bool {
         self.closed
     }
 
     /// Sends request `index` and reads its whole answer; returns the status.
+    /// A connection the server closed before any byte of the answer (an
+    /// idle kept-alive connection it timed out) fails with
+    /// [`is_closed_before_answer`] true: the request may be sent again on
+    /// a new connection, since its key makes a second attempt safe.
     pub async fn exchange(&mut self, request: &Request, index: u64) -> io::Result<u16> {
         request.write(index, &mut self.out);
-        self.stream.write_all(&self.out).await?;
         self.buf.clear();
+        if let Err(e) = self.stream.write_all(&self.out).await {
+            return Err(closed_before_answer(e));
+        }
         let (status, head_len, body_len) = loop {
-            self.fill().await?;
+            if let Err(e) = self.fill().await {
+                return Err(if self.buf.is_empty() {
+                    closed_before_answer(e)
+                } else {
+                    e
+                });
+            }
             let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
             let mut answer = httparse::Response::new(&mut headers);
             match answer.parse(&self.buf) {
                 Ok(httparse::Status::Complete(head_len)) => {
                     let status = answer.code.unwrap_or(0);
+                    // HTTP/1.0 closes after each answer unless told otherwise.
+                    let mut closes = answer.version == Some(0);
                     let mut body_len = None;
                     for h in answer.headers.iter() {
                         if h.name.eq_ignore_ascii_case("content-length") {
@@ -103,19 +128,33 @@ impl Connection {
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                             return Err(invalid("a chunked answer (only Content-Length is read)"));
                         } else if h.name.eq_ignore_ascii_case("connection") {
-                            self.closed = h.value.eq_ignore_ascii_case(b"close");
+                            for token in h.value.split(|&b| b == b',') {
+                                let token = token.trim_ascii();
+                                if token.eq_ignore_ascii_case(b"close") {
+                                    closes = true;
+                                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                                    closes = false;
+                                }
+                            }
                         }
                     }
                     let body_len: usize =
                         body_len.ok_or_else(|| invalid("an answer without Content-Length"))?;
                     if body_len > BODY_BYTES_MAX {
-                        return Err(invalid("an answer body over 1 MiB"));
+                        return Err(invalid(&format!(
+                            "an answer body over {BODY_BYTES_MAX} bytes"
+                        )));
                     }
+                    self.closed = closes;
                     break (status, head_len, body_len);
                 }
                 Ok(httparse::Status::Partial) if self.buf.len() < HEAD_BYTES_MAX => {}
-                Ok(httparse::Status::Partial) => return Err(invalid("an answer head over 16 KiB")),
-                Err(e) => return Err(invalid(&format!("an answer that is not HTTP/1.1: {e}"))),
+                Ok(httparse::Status::Partial) => {
+                    return Err(invalid(&format!(
+                        "an answer head over {HEAD_BYTES_MAX} bytes"
+                    )))
+                }
+                Err(e) => return Err(invalid(&format!("an answer that is not HTTP/1.x: {e}"))),
             }
         };
         while self.buf.len() < head_len + body_len {
@@ -142,6 +181,22 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// The kind that marks a connection closed before any byte of an answer.
+const CLOSED_BEFORE_ANSWER: io::ErrorKind = io::ErrorKind::ConnectionAborted;
+
+fn closed_before_answer(e: io::Error) -> io::Error {
+    io::Error::new(
+        CLOSED_BEFORE_ANSWER,
+        format!("the connection ended before an answer began: {e}"),
+    )
+}
+
+/// True for an error of [`Connection::exchange`] on a connection that
+/// ended before the answer began.
+pub fn is_closed_before_answer(e: &io::Error) -> bool {
+    e.kind() == CLOSED_BEFORE_ANSWER
 }
 
 fn invalid(what: &str) -> io::Error {
@@ -210,29 +265,60 @@ mod tests {
         let addr = server(
             vec![
                 b"HTTP/1.1 201 Created\r\ncontent-length: 5\r\n\r\nhello",
-                b"HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nconnection: close\r\n\r\n",
+                b"HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\nconnection: Upgrade, close\r\n\r\n",
             ],
             3,
         )
         .await;
         let request = Request::new("h", "k", "r");
-        let mut conn = Connection::open(addr).await.unwrap();
+        let mut conn = Connection::open(&[addr]).await.unwrap();
         assert_eq!(conn.exchange(&request, 1).await.unwrap(), 201);
         assert!(!conn.closed_by_server());
         assert_eq!(conn.exchange(&request, 2).await.unwrap(), 409);
         assert!(conn.closed_by_server());
+        // The server is gone now: however the end shows (EOF, reset, broken
+        // pipe), it ended before an answer began.
+        let err = conn.exchange(&request, 3).await.unwrap_err();
+        assert!(is_closed_before_answer(&err), "{err}");
+    }
+
+    #[tokio::test]
+    async fn http_1_0_closes_unless_kept_alive_and_an_answer_cut_short_is_not_a_stale_connection() {
+        let addr = server(
+            vec![
+                b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n",
+                b"HTTP/1.0 201 Created\r\nContent-Length: 0\r\n\r\n",
+            ],
+            64,
+        )
+        .await;
+        let request = Request::new("h", "k", "r");
+        let mut conn = Connection::open(&[addr]).await.unwrap();
+        assert_eq!(conn.exchange(&request, 1).await.unwrap(), 200);
+        assert!(!conn.closed_by_server());
+        assert_eq!(conn.exchange(&request, 2).await.unwrap(), 201);
+        assert!(conn.closed_by_server());
+
+        let addr = server(
+            vec![b"HTTP/1.1 201 Created\r\ncontent-length: 10\r\n\r\nhalf"],
+            64,
+        )
+        .await;
+        let mut conn = Connection::open(&[addr]).await.unwrap();
+        let err = conn.exchange(&request, 1).await.unwrap_err();
+        assert!(!is_closed_before_answer(&err), "{err}");
     }
 
     #[tokio::test]
     async fn an_answer_it_cannot_frame_is_an_error() {
         for answer in [
-            &b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"[..],
+            &b"HTTP/1.1 201 Created\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"[..],
             b"HTTP/1.1 201 Created\r\n\r\n",
             b"HTTP/1.1 201 Created\r\ncontent-length: 1\r\n\r\nab",
             b"SMTP ready\r\n\r\n",
         ] {
             let addr = server(vec![answer], answer.len()).await;
-            let mut conn = Connection::open(addr).await.unwrap();
+            let mut conn = Connection::open(&[addr]).await.unwrap();
             let err = conn
                 .exchange(&Request::new("h", "k", "r"), 1)
                 .await

@@ -228,12 +228,14 @@ pub struct RelayConfig {
     /// Bound on one provider call.
     #[arg(long, env = "PAYRAIL_PROVIDER_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub provider_timeout: Duration,
-    /// Provider calls in flight at once per process. With 32, a provider
-    /// answering in 2 ms under load let the outbox fall 3-5 s behind the
-    /// creates (scripts/bench); at 100 ms per answer, 64 calls make at most
-    /// 640 payouts/s per process: raise it for a slow provider, lower it for
-    /// one that limits concurrent requests.
-    #[arg(long, env = "PAYRAIL_RELAY_CONCURRENCY", default_value_t = 64)]
+    /// Provider calls in flight at once per process. Against a provider
+    /// answering in 2 ms, on 2 cores shared with the creates, 64 let the
+    /// outbox fall 3.2-3.7 s behind 64 clients of creates and 128 kept it
+    /// within 0.5 s, with 11-20 % more transfers settled end to end
+    /// (docs/BENCHMARKS.md). At 100 ms per answer, 128 calls make at most
+    /// 1 280 payouts/s per process: raise it for a slow provider, lower it
+    /// for one that limits concurrent requests.
+    #[arg(long, env = "PAYRAIL_RELAY_CONCURRENCY", default_value_t = 128)]
     pub relay_concurrency: usize,
     /// Fallback poll interval when no notification arrives.
     #[arg(long, env = "PAYRAIL_RELAY_POLL", default_value = "1s", value_parser = humantime::parse_duration)]

@@ -33,6 +33,16 @@ stack_installed() {
     fi
 }
 
+# stack_fields TAG FILE: the line "TAG key=number ..." that a lean client
+# (wrk's create.lua, payrail-pace) printed into FILE becomes the shell
+# variables TAG_KEY (upper case). Without such a line it prints FILE and
+# fails.
+stack_fields() {
+    local line
+    line=$(grep "^$1 " "$2") || { cat "$2" >&2; return 1; }
+    eval "$(echo "$line" | sed -E "s/^$1 //; s/([a-z0-9_]+)=/$1_\U\1=/g")"
+}
+
 # Webhook flags of the scripts whose sink fails 10 % of deliveries on
 # purpose (smoke, chaos, cluster): loopback receivers allowed, due
 # deliveries polled every 200 ms, and the retry schedule scaled so that all

@@ -181,6 +181,12 @@ pub struct ServeConfig {
     /// Most reaper statements per tick, so one tick cannot hog the database.
     #[arg(long, env = "PAYRAIL_REAPER_BATCHES_PER_TICK", default_value_t = 100)]
     pub reaper_batches_per_tick: usize,
+    /// On SIGTERM, how long the relay may take to finish the provider calls
+    /// in flight and record their outcomes before the process exits (it
+    /// claims nothing new meanwhile). A call cut off by the exit is not
+    /// lost: its row is taken over after its lease and looked up first.
+    #[arg(long, env = "PAYRAIL_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
     #[command(flatten)]
     pub relay: RelayConfig,
     #[command(flatten)]
@@ -203,7 +209,7 @@ pub struct WebhookConfig {
     #[arg(long, env = "PAYRAIL_WEBHOOK_ALLOW_PRIVATE")]
     pub webhook_allow_private: bool,
     /// Delivery attempts in flight at once per process.
-    #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 16)]
+    #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 32)]
     pub webhook_concurrency: usize,
     /// How long a claimed delivery is held; must exceed --webhook-timeout
     /// plus --db-timeout, so no takeover overlaps a live attempt.
@@ -220,6 +226,25 @@ pub struct WebhookConfig {
     /// delivery's last error); the rest is never read.
     #[arg(long, env = "PAYRAIL_WEBHOOK_RESPONSE_BYTES", default_value_t = 1024)]
     pub webhook_response_bytes: usize,
+    /// Most attempts in flight to one endpoint at once, over every process.
+    /// A receiver that hangs holds this many slots until they time out,
+    /// never everyone's. It also bounds one endpoint's throughput: 8 in
+    /// flight to a receiver answering in 2 ms is 4 000 deliveries/s.
+    #[arg(
+        long,
+        env = "PAYRAIL_WEBHOOK_ENDPOINT_IN_FLIGHT_MAX",
+        default_value_t = 8
+    )]
+    pub webhook_endpoint_in_flight_max: i64,
+    /// Most attempts in flight to one client's endpoints at once, over every
+    /// process: a client whose receivers all hang costs the others at most
+    /// this many slots. Keep it below --webhook-concurrency.
+    #[arg(
+        long,
+        env = "PAYRAIL_WEBHOOK_CLIENT_IN_FLIGHT_MAX",
+        default_value_t = 16
+    )]
+    pub webhook_client_in_flight_max: i64,
 }
 
 /// Flags of the outbox relay.
@@ -246,9 +271,12 @@ pub struct RelayConfig {
     /// flush cost Postgres a fifth of its CPU per transfer (docs/BENCHMARKS.md).
     #[arg(long, env = "PAYRAIL_RELAY_WAKE_INTERVAL", default_value = "10ms", value_parser = humantime::parse_duration)]
     pub relay_wake_interval: Duration,
-    /// How long a claimed row is held; must exceed the provider timeout so a
-    /// live call is never duplicated by a takeover.
-    #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
+    /// How long a claimed row is held. It must outlast what one claimed
+    /// row can take: a lookup and a call (2 × --provider-timeout) and the
+    /// settlement's three tries (3 × --db-timeout), so that a takeover never
+    /// overlaps a live call; a row taken over is looked up before anything
+    /// is posted again. It is also how long rows of a killed process wait.
+    #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "45s", value_parser = humantime::parse_duration)]
     pub relay_lease: Duration,
     /// Provider calls per retry budget before a row is dead-lettered
     /// (`payrail outbox retry` starts a new budget).
@@ -305,9 +333,26 @@ impl ServeConfig {
         }
         // A live call and its settlement must end before anyone may take the
         // row over, so that a takeover never overlaps a call in flight.
-        if self.relay.relay_lease <= self.relay.provider_timeout + self.database.db_timeout {
+        if self.relay.max_attempts < 1 {
+            return Err("--max-attempts must be at least 1".into());
+        }
+        if self.relay.retry_cap.is_zero() || self.relay.retry_base > self.relay.retry_cap {
+            return Err("--retry-base must be at most --retry-cap, which is above 0".into());
+        }
+        let relay = crate::relay::RelayLimits::from(self);
+        if relay.call_window().is_none() {
+            return Err(format!(
+                "--relay-lease must be longer than 2 × --provider-timeout plus 3 × --db-timeout \
+                 and the pauses between those tries ({:?} here)",
+                relay.call_bound()
+            ));
+        }
+        if self.webhooks.webhook_endpoint_in_flight_max < 1
+            || self.webhooks.webhook_client_in_flight_max < 1
+        {
             return Err(
-                "--relay-lease must be longer than --provider-timeout plus --db-timeout".into(),
+                "--webhook-endpoint-in-flight-max and --webhook-client-in-flight-max must be at least 1"
+                    .into(),
             );
         }
         if self.webhooks.webhook_lease <= self.webhooks.webhook_timeout + self.database.db_timeout {
@@ -319,8 +364,8 @@ impl ServeConfig {
         if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
             return Err("--webhook-retry-scale must be above 0 and at most 1000".into());
         }
-        if self.relay.max_attempts < 1 || self.reaper_batch < 1 {
-            return Err("--max-attempts and --reaper-batch must be at least 1".into());
+        if self.reaper_batch < 1 {
+            return Err("--reaper-batch must be at least 1".into());
         }
         // 0 would turn idempotency off (or delete events at once) without a
         // word; a huge value would overflow timestamps. Both are mistakes,

@@ -6,6 +6,7 @@ pub mod config;
 pub mod domain;
 pub mod pgcluster;
 pub mod provider;
+pub mod queue;
 pub mod reaper;
 pub mod relay;
 pub mod shard;

@@ -13,7 +13,7 @@ use crate::config::ServeConfig;
 use crate::domain::webhook::AddressPolicy;
 use crate::provider::http::HttpProvider;
 use crate::reaper::{Reaper, ReaperLimits};
-use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
+use crate::relay::{Drain, Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
@@ -29,6 +29,10 @@ pub struct Application {
     store: Store,
     /// Threads of the shards, reaper and relay; stopped when this is dropped.
     arbiters: Vec<Arbiter>,
+    /// The relay, drained when the server stops.
+    relay: Option<Addr<Relay>>,
+    /// `--shutdown-grace`.
+    shutdown_grace: std::time::Duration,
 }
 
 impl Application {
@@ -46,6 +50,7 @@ impl Application {
         store.migrate().await?;
 
         let mut arbiters = Vec::new();
+        let mut relay_addr = None;
         // The relay first: the shards hand it the rows they claim.
         let handoff = match &config.provider_url {
             Some(url) => {
@@ -58,17 +63,7 @@ impl Application {
                     r.provider_timeout,
                     r.relay_concurrency,
                 )?);
-                let limits = RelayLimits {
-                    concurrency_max: r.relay_concurrency,
-                    poll_interval: r.relay_poll,
-                    lease: r.relay_lease,
-                    max_attempts: r.max_attempts,
-                    retry_base: r.retry_base,
-                    retry_cap: r.retry_cap,
-                    provider_timeout: r.provider_timeout,
-                    settle_timeout: config.database.db_timeout,
-                    settle_batch_max: r.relay_settle_batch,
-                };
+                let limits = RelayLimits::from(&config);
                 let relay_arbiter = Arbiter::new();
                 let relay_store = store.clone();
                 let count = Arc::new(HandoffCount::default());
@@ -77,6 +72,7 @@ impl Application {
                     Relay::new(relay_store, provider, limits, relay_count)
                 });
                 arbiters.push(relay_arbiter);
+                relay_addr = Some(relay.clone());
                 Some(Handoff::new(relay, count, r.relay_queue, r.relay_lease))
             }
             None => {
@@ -114,12 +110,7 @@ impl Application {
             AddressPolicy::PublicOnly
         };
         let sender = Sender::new(w.webhook_timeout, policy, w.webhook_response_bytes)?;
-        let webhook_limits = WebhookLimits {
-            concurrency_max: w.webhook_concurrency,
-            lease: w.webhook_lease,
-            poll_interval: w.webhook_poll,
-            retry_scale: w.webhook_retry_scale,
-        };
+        let webhook_limits = WebhookLimits::from(&config);
         let webhook_arbiter = Arbiter::new();
         webhook_arbiter.spawn(crate::webhook::delivery::run(
             store.clone(),
@@ -196,6 +187,8 @@ impl Application {
             reaper,
             store,
             arbiters,
+            relay: relay_addr,
+            shutdown_grace: config.shutdown_grace,
         })
     }
 
@@ -219,12 +212,24 @@ impl Application {
         &self.store
     }
 
-    /// Serves until stopped, then stops the actors' threads.
+    /// Serves until stopped, then drains the relay (no new claims; the
+    /// calls in flight finish and their outcomes are recorded, within
+    /// `--shutdown-grace`), then stops the actors' threads.
     pub async fn run_until_stopped(mut self) -> std::io::Result<()> {
-        match self.server.take() {
+        let served = match self.server.take() {
             Some(server) => server.await,
             None => Ok(()),
+        };
+        if let Some(relay) = self.relay.take() {
+            match tokio::time::timeout(self.shutdown_grace, relay.send(Drain)).await {
+                Ok(_) => tracing::info!("relay drained: every call in flight was recorded"),
+                Err(_) => tracing::warn!(
+                    grace = ?self.shutdown_grace,
+                    "relay not drained within --shutdown-grace; rows still held are taken over after their leases and looked up first"
+                ),
+            }
         }
+        served
     }
 }
 

@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    connect, fresh_database, new_key, sim_stats, spawn_app, spawn_app_with, spawn_sim,
-    transfer_body, wait_for, TestApp,
+    answering, connect, fresh_database, new_key, sim_stats, spawn_app, spawn_app_with,
+    spawn_relaying, spawn_sim, transfer_body,
 };
 use payrail::domain::{ProviderText, TransferStatus};
 use payrail::sim::SimArgs;
@@ -18,36 +18,6 @@ use payrail::store::StoreError;
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
-
-fn relay_flags(provider_url: &str) -> Vec<&str> {
-    vec![
-        "--provider-url",
-        provider_url,
-        "--relay-poll",
-        "200ms",
-        "--retry-base",
-        "20ms",
-        "--retry-cap",
-        "300ms",
-        "--provider-timeout",
-        "2s",
-    ]
-}
-
-async fn wait_final(app: &TestApp, id: &str) -> Value {
-    let get = || async {
-        app.get(&format!("/transfers/{id}"))
-            .await
-            .json::<Value>()
-            .await
-            .unwrap()
-    };
-    wait_for("a final status", Duration::from_secs(20), || async {
-        get().await["status"] != "pending"
-    })
-    .await;
-    get().await
-}
 
 #[actix_web::test]
 async fn a_key_locked_by_another_transaction_fails_only_its_own_attempt() {
@@ -248,10 +218,10 @@ async fn a_permanent_refusal_after_an_ambiguous_attempt_is_reconciled_not_failed
     })
     .await;
     let url = sim.url();
-    let app = spawn_app_with(&fresh_database().await, &relay_flags(&url)).await;
+    let app = spawn_relaying(&fresh_database().await, &url, &[]).await;
     let ids = app.create_transfers(3, &transfer_body()).await;
     for id in &ids {
-        let t = wait_final(&app, id).await;
+        let t = app.wait_final(id).await;
         assert_eq!(t["status"], "succeeded", "{t}");
         assert!(t["provider_reference"]
             .as_str()
@@ -265,26 +235,6 @@ async fn a_permanent_refusal_after_an_ambiguous_attempt_is_reconciled_not_failed
     assert_eq!(app.count("outbox").await, 0);
 }
 
-/// A provider that answers every payout with `body`, over real HTTP.
-async fn provider_answering(body: &'static str) -> (String, actix_web::dev::ServerHandle) {
-    let server = actix_web::HttpServer::new(move || {
-        actix_web::App::new().default_service(actix_web::web::to(move || async move {
-            actix_web::HttpResponse::Ok()
-                .content_type("application/json")
-                .body(body)
-        }))
-    })
-    .workers(1)
-    .disable_signals()
-    .bind("127.0.0.1:0")
-    .unwrap();
-    let url = format!("http://{}", server.addrs()[0]);
-    let server = server.run();
-    let handle = server.handle();
-    actix_web::rt::spawn(server);
-    (url, handle)
-}
-
 #[actix_web::test]
 async fn provider_text_is_cleaned_and_bounded_before_it_is_stored() {
     let long = Box::leak(
@@ -294,10 +244,10 @@ async fn provider_text_is_cleaned_and_bounded_before_it_is_stored() {
         )
         .into_boxed_str(),
     );
-    let (url, provider) = provider_answering(long).await;
-    let app = spawn_app_with(&fresh_database().await, &relay_flags(&url)).await;
+    let (url, provider) = answering(200, "application/json", long).await;
+    let app = spawn_relaying(&fresh_database().await, &url, &[]).await;
     let id = app.create_transfers(1, &transfer_body()).await.remove(0);
-    let t = wait_final(&app, &id).await;
+    let t = app.wait_final(&id).await;
     assert_eq!(t["status"], "succeeded");
     let reference = t["provider_reference"].as_str().unwrap();
     assert!(reference.starts_with("ref-xxx"), "{reference}");

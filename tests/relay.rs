@@ -6,36 +6,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    fresh_database, sim_stats, spawn_app_with, spawn_sim, transfer_body, wait_for, TestApp,
+    fresh_database, sim_stats, spawn_app_with, spawn_relaying, spawn_sim, transfer_body, wait_for,
+    TestApp,
 };
 use payrail::sim::wire::Stats;
 use payrail::sim::{SimArgs, SimServer};
 use serde_json::{json, Value};
-
-/// Relay flags that keep tests quick: short polls and backoff.
-fn relay_flags(provider_url: &str) -> Vec<String> {
-    [
-        "--provider-url",
-        provider_url,
-        "--relay-poll",
-        "200ms",
-        "--retry-base",
-        "20ms",
-        "--retry-cap",
-        "500ms",
-        "--provider-timeout",
-        "2s",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-async fn spawn_relaying(db: &str, provider_url: &str, extra: &[&str]) -> TestApp {
-    let mut flags = relay_flags(provider_url);
-    flags.extend(extra.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    spawn_app_with(db, &flags).await
-}
 
 /// A provider-sim answering after `latency_ms`, and `n` transfers written
 /// to a fresh database by a process without a relay, still pending: the
@@ -77,29 +53,13 @@ async fn relay_until_all_succeed(
     (app, stats)
 }
 
-async fn transfer(app: &TestApp, id: &str) -> Value {
-    app.get(&format!("/transfers/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap()
-}
-
-async fn wait_final(app: &TestApp, id: &str) -> Value {
-    wait_for("a final status", Duration::from_secs(20), || async {
-        transfer(app, id).await["status"] != "pending"
-    })
-    .await;
-    transfer(app, id).await
-}
-
 #[actix_web::test]
 async fn an_executed_payout_makes_the_transfer_succeed_with_the_reference() {
     let sim = spawn_sim(SimArgs::default()).await;
     let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
     let id = app.create_transfers(1, &transfer_body()).await.remove(0);
 
-    let t = wait_final(&app, &id).await;
+    let t = app.wait_final(&id).await;
     assert_eq!(t["status"], "succeeded");
     assert!(t["provider_reference"]
         .as_str()
@@ -131,7 +91,7 @@ async fn a_declined_payout_fails_the_transfer_with_the_reason() {
     body["destination_account"] = json!("decline_me");
     let id = app.create_transfers(1, &body).await.remove(0);
 
-    let t = wait_final(&app, &id).await;
+    let t = app.wait_final(&id).await;
     assert_eq!(t["status"], "failed");
     assert_eq!(t["failure_reason"], "insufficient_funds");
     assert!(t["provider_reference"].is_null());
@@ -158,7 +118,7 @@ async fn a_permanent_provider_error_fails_the_transfer() {
     let app = spawn_relaying(&db, &sim.url(), &[])
         .await
         .acting_for(&quiet);
-    let t = wait_final(&app, &id).await;
+    let t = app.wait_final(&id).await;
     assert_eq!(t["status"], "failed");
     assert!(t["failure_reason"].as_str().unwrap().contains("422"), "{t}");
 }
@@ -204,7 +164,7 @@ async fn transient_failures_are_retried_no_sooner_than_retry_after() {
             >= 2
     })
     .await;
-    assert_eq!(transfer(&app, &id).await["status"], "pending");
+    assert_eq!(&app.transfer(&id).await["status"], "pending");
     assert_eq!(sim_stats(&sim).await.executions, 0);
 }
 
@@ -361,7 +321,7 @@ async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
         3,
         "exactly --max-attempts calls"
     );
-    assert_eq!(transfer(&app, &id).await["status"], "pending");
+    assert_eq!(&app.transfer(&id).await["status"], "pending");
 
     let listed = payrail_cli(&["outbox", "list", "--dead", "--database-url", &db]);
     assert!(listed.status.success());
@@ -380,7 +340,7 @@ async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
         "{}",
         String::from_utf8_lossy(&retried.stderr)
     );
-    assert_eq!(wait_final(&app, &id).await["status"], "succeeded");
+    assert_eq!(app.wait_final(&id).await["status"], "succeeded");
     let again = payrail_cli(&["outbox", "retry", &id, "--database-url", &db]);
     assert!(!again.status.success(), "no dead row is left to retry");
 }
@@ -409,7 +369,7 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
         ])
         .args([
             "--relay-lease",
-            "4s",
+            "9s",
             "--provider-timeout",
             "2s",
             "--db-timeout",
@@ -454,6 +414,6 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
     assert_eq!(stats.executions, 10);
     assert_eq!(stats.distinct_ids, 10);
     for id in ids {
-        assert!(transfer(&rescuer, &id).await["provider_reference"].is_string());
+        assert!(&rescuer.transfer(&id).await["provider_reference"].is_string());
     }
 }

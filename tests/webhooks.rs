@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::receiver::{signature_is_valid, Mode, Receiver};
 use common::{
-    assert_problem, fresh_database, new_key, spawn_app_with, spawn_sim, transfer_body, wait_for,
-    ServeProcess, TestApp,
+    assert_problem, create_via, fresh_database, new_client_key, new_key, spawn_app_with, spawn_sim,
+    transfer_body, wait_for, ServeProcess, TestApp,
 };
 use payrail::sim::SimArgs;
 use reqwest::StatusCode;
@@ -454,14 +454,7 @@ async fn processes(db: &str, provider: &str, n: usize, tag: &str) -> Vec<ServePr
 }
 
 async fn client_and_endpoint(db: &str, base: &str, url: &str) -> (String, String) {
-    let store = payrail::store::Store::connect(
-        &payrail::cli::serve_config(["--database-url", db])
-            .unwrap()
-            .database,
-    )
-    .unwrap();
-    let (_, key) = store.create_client("webhooks").await.unwrap();
-    let key = key.expose_secret().to_owned();
+    let key = new_client_key(db).await;
     let res = reqwest::Client::new()
         .post(format!("{base}/webhook_endpoints"))
         .bearer_auth(&key)
@@ -475,22 +468,6 @@ async fn client_and_endpoint(db: &str, base: &str, url: &str) -> (String, String
         .unwrap()
         .to_owned();
     (key, secret)
-}
-
-async fn create_via(base: &str, key: &str) -> String {
-    let res = reqwest::Client::new()
-        .post(format!("{base}/transfers"))
-        .bearer_auth(key)
-        .header("Idempotency-Key", new_key())
-        .json(&transfer_body())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 #[actix_web::test]
@@ -631,4 +608,64 @@ async fn finished_events_past_retention_are_reaped_and_pending_ones_kept() {
         .unwrap();
     assert_problem(res, StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.count("transfers").await, 2, "transfers are kept");
+}
+
+#[actix_web::test]
+async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let hanging = Receiver::start(Mode::Hang, Duration::ZERO).await;
+    let healthy = Receiver::start(Mode::Status(204), Duration::ZERO).await;
+    let mut flags = webhook_flags(&sim.url(), "10s", "30s");
+    flags.extend(
+        [
+            "--webhook-concurrency",
+            "16",
+            "--webhook-endpoint-in-flight-max",
+            "2",
+            "--webhook-client-in-flight-max",
+            "8",
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let a = spawn_app_with(&fresh_database().await, &flags).await;
+    // Client A: ten endpoints that accept the connection and never answer.
+    for i in 0..10 {
+        register(&a, &format!("{}/{i}", hanging.url)).await;
+    }
+    a.create_transfers(60, &transfer_body()).await;
+    wait_for("A's attempts to hang", Duration::from_secs(20), || async {
+        hanging.arrivals().len() >= 8
+    })
+    .await;
+
+    // Client B, one healthy endpoint, created after A's 600 deliveries.
+    let b_key = a.other_client().await;
+    let res = a
+        .http
+        .post(format!("{}/webhook_endpoints", a.address))
+        .bearer_auth(&b_key)
+        .json(&json!({ "url": healthy.url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    for _ in 0..5 {
+        create_via(&a.address, &b_key).await;
+    }
+    wait_for(
+        "B's events while A's receivers hang",
+        Duration::from_secs(8),
+        || async {
+            let ids: std::collections::HashSet<String> =
+                healthy.accepted().into_iter().map(|x| x.id).collect();
+            ids.len() == 5
+        },
+    )
+    .await;
+    assert!(
+        hanging.arrivals().len() <= 8,
+        "A never held more than its share: {} attempts hang",
+        hanging.arrivals().len()
+    );
 }

@@ -134,8 +134,11 @@ impl HttpProvider {
 }
 
 /// What a `GET /payouts/{id}` answer says. Only a `200` whose body states a
-/// final outcome, or a `404` (never executed), decides anything; everything
-/// else leaves the payout's fate unknown, so the caller retries later.
+/// final outcome, or a `404` whose body is the provider's own
+/// `{"error": "payout_not_found"}` (never executed), decides anything. Any
+/// other `404` (a gateway's page, an unknown route) and everything else
+/// leaves the payout's fate unknown, so the caller retries later and parks
+/// the row when its budget ends.
 pub fn classify_lookup(
     status: u16,
     body: Result<&[u8], &str>,
@@ -161,7 +164,7 @@ pub fn classify_lookup(
                 ))),
             }
         }
-        404 => Ok(None),
+        404 if provider_error_slug(body) == Some(PAYOUT_NOT_FOUND) => Ok(None),
         _ => Err(unknown(format!(
             "lookup: HTTP {status}{}",
             body_suffix(body)
@@ -390,8 +393,19 @@ pub fn classify(exchange: Exchange<'_>) -> Result<ProviderOutcome, ProviderError
         408 | 409 | 425 | 429 | 500..=599 => {
             Err(transient(format!("HTTP {status}{}", body_suffix(body))))
         }
-        400..=499 => Err(ProviderError::Permanent {
+        // Not about this payout: the engine is talking to the wrong place
+        // or with the wrong credentials. Nothing is final on such a say-so.
+        401 | 403 | 404 | 405 => Err(ProviderError::Misconfigured {
             reason: format!("HTTP {status}{}", body_suffix(body)),
+        }),
+        400..=499 if provider_error_slug(body).is_some() => Err(ProviderError::Permanent {
+            reason: format!("HTTP {status}{}", body_suffix(body)),
+        }),
+        400..=499 => Err(ProviderError::Misconfigured {
+            reason: format!(
+                "HTTP {status} without the provider's JSON error{}",
+                body_suffix(body)
+            ),
         }),
         // 1xx/3xx are not part of the contract (redirects are not followed). We
         // cannot tell whether anything executed, so keep the row retryable; it
@@ -401,6 +415,28 @@ pub fn classify(exchange: Exchange<'_>) -> Result<ProviderOutcome, ProviderError
             body_suffix(body)
         ))),
     }
+}
+
+/// The slug a lookup answers for an id the provider never executed.
+pub const PAYOUT_NOT_FOUND: &str = "payout_not_found";
+
+/// The provider's own error body: a JSON object whose `error` is a string.
+#[derive(Deserialize)]
+struct ProviderErrorBody<'a> {
+    #[serde(borrow)]
+    error: std::borrow::Cow<'a, str>,
+}
+
+/// The `error` slug of a provider's JSON error body; `None` for anything
+/// else (an HTML page, an empty body, other JSON).
+fn provider_error_slug(body: Result<&[u8], &str>) -> Option<&'static str> {
+    let parsed: ProviderErrorBody = serde_json::from_slice(body.ok()?).ok()?;
+    // Interned to the slugs that decide something; any other one only says
+    // "the provider's own JSON".
+    Some(match parsed.error.as_ref() {
+        PAYOUT_NOT_FOUND => PAYOUT_NOT_FOUND,
+        _ => "other",
+    })
 }
 
 fn body_suffix(body: Result<&[u8], &str>) -> String {
@@ -548,16 +584,36 @@ mod tests {
         }
     }
 
+    fn is_misconfigured(r: &Result<ProviderOutcome, ProviderError>) -> bool {
+        matches!(r, Err(ProviderError::Misconfigured { .. }))
+    }
+
     #[test]
-    fn other_4xx_are_permanent_and_quote_the_body() {
-        for status in [400, 401, 403, 404, 405, 410, 413, 415, 422, 499] {
-            assert!(is_permanent(&resp(status, "{}")), "{status}");
+    fn other_4xx_with_the_providers_error_are_permanent_and_quote_the_body() {
+        let own = r#"{"error":"invalid_account","message":"no"}"#;
+        for status in [400, 410, 413, 415, 422, 499] {
+            assert!(is_permanent(&resp(status, own)), "{status}");
         }
         match resp(422, r#"{"error":"idempotency_key_reused"}"#) {
             Err(ProviderError::Permanent { reason }) => {
                 assert!(reason.contains("422") && reason.contains("idempotency_key_reused"))
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn answers_that_are_not_the_provider_speaking_are_misconfiguration() {
+        // Whatever the body: these say "wrong place or wrong credentials".
+        for status in [401, 403, 404, 405] {
+            for body in ["", "<html>Not Found</html>", r#"{"error":"forbidden"}"#] {
+                assert!(is_misconfigured(&resp(status, body)), "{status} {body}");
+            }
+        }
+        // Another 4xx without the provider's JSON error: a gateway's page.
+        for body in ["", "<html>Bad Request</html>", "{}", r#"{"error":1}"#, "[]"] {
+            assert!(is_misconfigured(&resp(400, body)), "{body}");
+            assert!(is_misconfigured(&resp(422, body)), "{body}");
         }
     }
 
@@ -613,7 +669,7 @@ mod tests {
     }
 
     #[test]
-    fn lookup_decides_only_on_a_final_200_or_a_404() {
+    fn lookup_decides_only_on_a_final_200_or_the_providers_own_404() {
         assert_eq!(
             classify_lookup(
                 200,
@@ -629,8 +685,23 @@ mod tests {
                 reason: "no".into()
             }))
         );
-        assert_eq!(classify_lookup(404, Ok(b"")), Ok(None));
-        for (status, body) in [(200, &b"{}"[..]), (500, b""), (403, b""), (429, b"")] {
+        assert_eq!(
+            classify_lookup(404, Ok(br#"{"error":"payout_not_found","message":"no"}"#)),
+            Ok(None)
+        );
+        for (status, body) in [
+            (200, &b"{}"[..]),
+            (500, b""),
+            (403, b""),
+            (429, b""),
+            // A 404 that is not the provider's "no such payout": a gateway's
+            // page, an unknown route, anything else.
+            (404, b""),
+            (404, b"<html>404 Not Found</html>"),
+            (404, br#"{"error":"route_not_found"}"#),
+            (404, br#"{"error":"not_found"}"#),
+            (401, br#"{"error":"payout_not_found"}"#),
+        ] {
             assert!(
                 matches!(
                     classify_lookup(status, Ok(body)),
@@ -665,12 +736,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(is_permanent(&with(400)));
+        assert!(is_misconfigured(&with(400)));
     }
 
     #[test]
     fn long_error_bodies_are_excerpted() {
-        let body = "x".repeat(10_000);
+        let body = format!(r#"{{"error":"bad","message":"{}"}}"#, "x".repeat(10_000));
         match resp(400, &body) {
             Err(ProviderError::Permanent { reason }) => assert!(reason.len() < 300),
             other => panic!("{other:?}"),

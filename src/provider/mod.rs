@@ -57,10 +57,21 @@ pub enum ProviderError {
         /// refused, `408`, `425`, `429`).
         ambiguous: bool,
     },
-    /// A `4xx` other than the transient ones: the request itself is wrong.
+    /// A `4xx` other than the transient ones, carrying the provider's own
+    /// JSON error: the provider refused this payout.
     #[error("permanent provider failure: {reason}")]
     Permanent {
         /// What happened; becomes the transfer's `failure_reason`.
+        reason: String,
+    },
+    /// Whoever answered is not the provider speaking about this payout:
+    /// `401`, `403`, `404`, `405`, or a `4xx` without the provider's JSON
+    /// error (a gateway's page, a wrong URL, a rotated credential). The
+    /// engine is misconfigured; the row is parked for an operator, never
+    /// finalized.
+    #[error("provider misconfigured or unreachable as configured: {reason}")]
+    Misconfigured {
+        /// What came back, for the parked row.
         reason: String,
     },
 }
@@ -73,8 +84,8 @@ pub trait Provider: Send + Sync + 'static {
         -> BoxFuture<'static, Result<ProviderOutcome, ProviderError>>;
 
     /// Asks what became of the payout with this business id: its outcome,
-    /// `None` when the provider never executed it, or an error when the
-    /// provider cannot tell now (retry later).
+    /// `None` only when the provider itself says it has no such payout, or
+    /// an error when the provider cannot tell now (retry later).
     fn lookup(
         &self,
         transfer_id: Uuid,

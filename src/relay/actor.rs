@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::{retry_delay, HandoffCount, RelayLimits};
+use tokio::sync::oneshot;
+
+use super::{HandoffCount, RelayLimits, SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
 use crate::domain::{ProviderText, TransferStatus};
 use crate::provider::{Provider, ProviderError, ProviderOutcome};
 use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
@@ -25,6 +27,12 @@ pub struct Deliver {
     /// No later than Postgres's claim time.
     pub claimed_at: Instant,
 }
+
+/// Stop claiming, let the calls in flight finish and record their outcomes,
+/// give back the rows claimed but not called; answers once nothing is held.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
 
 /// A row this process holds, and where the claim came from.
 struct Held {
@@ -56,6 +64,12 @@ pub struct Relay {
     settling: bool,
     /// When a timer will next claim rows whose retry falls due.
     wake_at: Option<Instant>,
+    /// Shutting down: nothing new is claimed or called.
+    draining: bool,
+    /// Give-backs of uncalled rows in flight.
+    releasing: usize,
+    /// Who waits for the drain to end.
+    drained: Vec<oneshot::Sender<()>>,
 }
 
 impl Relay {
@@ -68,7 +82,10 @@ impl Relay {
         handed_off: Arc<HandoffCount>,
     ) -> Self {
         assert!(limits.concurrency_max > 0 && limits.settle_batch_max > 0);
-        let _ = limits.call_window();
+        assert!(
+            limits.call_window().is_some(),
+            "the lease outlasts a call, a lookup and the settlement's tries"
+        );
         Self {
             store,
             provider,
@@ -81,6 +98,9 @@ impl Relay {
             outcomes: Vec::new(),
             settling: false,
             wake_at: None,
+            draining: false,
+            releasing: 0,
+            drained: Vec::new(),
         }
     }
 
@@ -90,6 +110,9 @@ impl Relay {
             .limits
             .concurrency_max
             .saturating_sub(self.in_flight + self.pending.len());
+        if self.draining {
+            return;
+        }
         if self.claiming || room == 0 {
             self.more_due = true;
             return;
@@ -126,7 +149,15 @@ impl Relay {
     /// Starts calls for pending rows while slots are free; claims more when
     /// rows are probably due and room is left.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        let window = self.limits.call_window();
+        if self.draining {
+            self.release_pending(ctx);
+            self.check_drained();
+            return;
+        }
+        let window = self
+            .limits
+            .call_window()
+            .expect("checked when the relay was made");
         while self.in_flight < self.limits.concurrency_max {
             let Some(held) = self.pending.pop_front() else {
                 break;
@@ -154,20 +185,25 @@ impl Relay {
         let limits = self.limits;
         let row = held.row.clone();
         let call = async move {
-            let started = Instant::now();
-            let result = provider.execute(row.payout.clone()).await;
-            metrics::histogram!("payrail_provider_call_seconds")
-                .record(started.elapsed().as_secs_f64());
-            metrics::counter!("payrail_provider_calls_total", "outcome" => outcome_label(&result))
-                .increment(1);
-            tracing::debug!(transfer_id = %row.payout.transfer_id, attempt = row.attempt, ?result, "provider answered");
-            let result = reconcile(provider.as_ref(), &row, result).await;
+            let result = match look_up_first(provider.as_ref(), &row).await {
+                Some(known) => known,
+                None => {
+                    let started = Instant::now();
+                    let result = provider.execute(row.payout.clone()).await;
+                    metrics::histogram!("payrail_provider_call_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    metrics::counter!("payrail_provider_calls_total", "outcome" => outcome_label(&result))
+                        .increment(1);
+                    tracing::debug!(transfer_id = %row.payout.transfer_id, attempt = row.attempt, ?result, "provider answered");
+                    result
+                }
+            };
             settlement(&row, result, &limits)
         };
         ctx.spawn(call.into_actor(self).map(move |settlement, relay, ctx| {
             relay.in_flight -= 1;
             if let Settlement::Dead { error, .. } = &settlement {
-                tracing::error!(transfer_id = %held.row.payout.transfer_id, attempts = held.row.budget_used, %error, "dead-lettered");
+                tracing::error!(transfer_id = %held.row.payout.transfer_id, attempts = held.row.budget_used, %error, "dead-lettered (parked)");
             }
             relay.outcomes.push((held, settlement));
             relay.settle(ctx);
@@ -181,7 +217,24 @@ impl Relay {
             return;
         }
         let n = self.outcomes.len().min(self.limits.settle_batch_max);
-        let batch: Vec<(Held, Settlement)> = self.outcomes.drain(..n).collect();
+        let mut batch: Vec<(Held, Settlement)> = self.outcomes.drain(..n).collect();
+        // A row this process held twice (its lease ran out and it claimed
+        // it again) has one live claim: the latest. The older outcome would
+        // be fenced out anyway; it never shares a batch with the live one.
+        batch.sort_by_key(|(h, _)| (h.row.payout.transfer_id, std::cmp::Reverse(h.row.attempt)));
+        let mut stale = Vec::new();
+        let mut i = 1;
+        while i < batch.len() {
+            if batch[i].0.row.payout.transfer_id == batch[i - 1].0.row.payout.transfer_id {
+                stale.push(batch.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        for (held, _) in &stale {
+            tracing::info!(transfer_id = %held.row.payout.transfer_id, attempt = held.row.attempt, "outcome of an outdated claim dropped");
+            self.forget(held);
+        }
         self.settling = true;
         metrics::histogram!("payrail_relay_settle_batch_size").record(n as f64);
         let store = self.store.clone();
@@ -208,6 +261,7 @@ impl Relay {
             }
             relay.settle(ctx);
             relay.pump(ctx);
+            relay.check_drained();
         }));
     }
 
@@ -215,6 +269,51 @@ impl Relay {
     fn forget(&self, held: &Held) {
         if held.handed_off {
             self.handed_off.release(1);
+        }
+    }
+
+    /// While draining: the rows claimed but never called go back to the
+    /// queue at once, without waiting for their leases (and without being
+    /// taken for ambiguous: no call went out for them).
+    fn release_pending(&mut self, ctx: &mut Context<Self>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let rows: Vec<Held> = self.pending.drain(..).collect();
+        for held in &rows {
+            self.forget(held);
+        }
+        let claims: Vec<(uuid::Uuid, i32)> = rows
+            .iter()
+            .map(|h| (h.row.payout.transfer_id, h.row.attempt))
+            .collect();
+        let store = self.store.clone();
+        self.releasing += 1;
+        ctx.spawn(
+            async move {
+                if let Err(e) = store.release_outbox(&claims).await {
+                    tracing::warn!(rows = claims.len(), error = %e, "giving back uncalled rows failed; their leases will expire");
+                }
+            }
+            .into_actor(self)
+            .map(|(), relay, _| {
+                relay.releasing -= 1;
+                relay.check_drained();
+            }),
+        );
+    }
+
+    /// Answers the drain's waiters once nothing is held any more.
+    fn check_drained(&mut self) {
+        let idle = self.in_flight == 0
+            && self.outcomes.is_empty()
+            && !self.settling
+            && self.pending.is_empty()
+            && self.releasing == 0;
+        if self.draining && idle {
+            for waiter in self.drained.drain(..) {
+                let _ = waiter.send(());
+            }
         }
     }
 
@@ -250,18 +349,13 @@ impl Relay {
     }
 }
 
-/// A whole batch tries this often when Postgres fails as a whole (right
-/// after a restart the pool may hand out a dead connection) before the rows
-/// are left to their leases.
-const SETTLE_TRIES_MAX: u32 = 3;
-/// Pause between those tries.
-const SETTLE_RETRY_DELAY: Duration = Duration::from_millis(200);
-
 /// Settles a batch in one transaction. When Postgres rejects something
 /// about particular rows, each row is settled alone, so one bad row fails
 /// no other; a row that cannot be settled even alone is rescheduled with a
 /// plain error instead, which counts against its attempt limit, so no row is
-/// retried forever outside the dead letters.
+/// retried forever outside the dead letters. When Postgres fails as a whole
+/// past the tries, the rows are left to their leases: whoever claims them
+/// next takes them for ambiguous and asks the provider first.
 async fn settle_batch(store: &Store, batch: Vec<(ClaimedRow, Settlement)>, limits: &RelayLimits) {
     for attempt in 1..=SETTLE_TRIES_MAX {
         match store.settle_outbox_batch(&batch).await {
@@ -277,8 +371,6 @@ async fn settle_batch(store: &Store, batch: Vec<(ClaimedRow, Settlement)>, limit
                 tracing::debug!(error = %e, "settling failed; trying again");
                 tokio::time::sleep(SETTLE_RETRY_DELAY).await;
             }
-            // The leases run out and the rows are claimed again; the provider
-            // answers the repeats from its records.
             Err(e) => {
                 tracing::warn!(batch = batch.len(), error = %e, "settling failed; the leases will expire");
                 return;
@@ -314,43 +406,46 @@ fn log_fenced(batch: &[(ClaimedRow, Settlement)], held: &[bool]) {
 /// payout may have executed, so the row counts as ambiguous.
 fn settlement_failed(row: &ClaimedRow, error: &StoreError, limits: &RelayLimits) -> Settlement {
     let error = ProviderText::clean(&format!("settlement failed: {error}"));
-    if row.budget_used >= limits.max_attempts {
-        Settlement::Dead {
+    match limits.retry.after_failure(row.budget_used, None) {
+        Some(delay) => Settlement::Retry {
+            delay,
             error,
             ambiguous: true,
-        }
-    } else {
-        Settlement::Retry {
-            delay: retry_delay(row.budget_used, limits.retry_base, limits.retry_cap, None),
+        },
+        None => Settlement::Dead {
             error,
             ambiguous: true,
-        }
+        },
     }
 }
 
-/// A permanent `4xx` proves nothing once an earlier call's outcome was
-/// unknown: that call may have executed the payout, and the `4xx` may only
-/// say the repeat was refused. Ask the provider what became of it.
-async fn reconcile(
+/// A row whose payout may have executed (an earlier call's outcome is
+/// unknown, or its last holder vanished without recording one) is never
+/// posted again blindly: a provider that forgets idempotency keys after a
+/// while would pay twice, and one that refuses repeats would answer a
+/// `4xx` that proves nothing. The provider's record decides: `Some` with
+/// the outcome, or with why it cannot be asked now; `None` when the row is
+/// not ambiguous or the provider says it never executed the payout, and a
+/// `POST` is safe.
+async fn look_up_first(
     provider: &dyn Provider,
     row: &ClaimedRow,
-    result: Result<ProviderOutcome, ProviderError>,
-) -> Result<ProviderOutcome, ProviderError> {
-    let Err(ProviderError::Permanent { reason }) = &result else {
-        return result;
-    };
+) -> Option<Result<ProviderOutcome, ProviderError>> {
     if !row.ambiguous {
-        return result;
+        return None;
     }
-    metrics::counter!("payrail_provider_lookups_total").increment(1);
-    match provider.lookup(row.payout.transfer_id).await {
-        Ok(Some(outcome)) => {
-            tracing::info!(transfer_id = %row.payout.transfer_id, %reason, ?outcome, "an earlier ambiguous call had decided it");
-            Ok(outcome)
-        }
-        // Never executed: the permanent answer stands.
-        Ok(None) => result,
-        Err(e) => Err(e),
+    let found = provider.lookup(row.payout.transfer_id).await;
+    let label = match &found {
+        Ok(Some(_)) => "found",
+        Ok(None) => "not_found",
+        Err(_) => "unknown",
+    };
+    metrics::counter!("payrail_provider_lookups_total", "outcome" => label).increment(1);
+    tracing::info!(transfer_id = %row.payout.transfer_id, ?found, "looked up an ambiguous payout before posting");
+    match found {
+        Ok(Some(outcome)) => Some(Ok(outcome)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
     }
 }
 
@@ -366,6 +461,8 @@ fn settlement(
             provider_reference: Some(ProviderText::clean(&reference)),
             failure_reason: None,
         },
+        // Final only because an ambiguous row was looked up first: this
+        // answer is about the first `POST` the provider acted on.
         Ok(ProviderOutcome::Declined { reason }) | Err(ProviderError::Permanent { reason }) => {
             Settlement::Final {
                 status: TransferStatus::Failed,
@@ -373,26 +470,27 @@ fn settlement(
                 failure_reason: Some(ProviderText::clean(&reason)),
             }
         }
-        Err(ProviderError::Transient {
-            reason, ambiguous, ..
-        }) if row.budget_used >= limits.max_attempts => Settlement::Dead {
-            error: ProviderText::clean(&reason),
-            ambiguous,
+        // Not the provider speaking: parked for an operator, never final.
+        // Taken for ambiguous, so that a retry asks the provider first.
+        Err(ProviderError::Misconfigured { reason }) => Settlement::Dead {
+            error: ProviderText::clean(&format!("parked: {reason}")),
+            ambiguous: true,
         },
         Err(ProviderError::Transient {
             reason,
             retry_after,
             ambiguous,
-        }) => Settlement::Retry {
-            delay: retry_delay(
-                row.budget_used,
-                limits.retry_base,
-                limits.retry_cap,
-                retry_after,
-            ),
-            error: ProviderText::clean(&reason),
-            ambiguous,
-        },
+        }) => {
+            let error = ProviderText::clean(&reason);
+            match limits.retry.after_failure(row.budget_used, retry_after) {
+                Some(delay) => Settlement::Retry {
+                    delay,
+                    error,
+                    ambiguous,
+                },
+                None => Settlement::Dead { error, ambiguous },
+            }
+        }
     }
 }
 
@@ -402,6 +500,7 @@ fn outcome_label(result: &Result<ProviderOutcome, ProviderError>) -> &'static st
         Ok(ProviderOutcome::Declined { .. }) => "declined",
         Err(ProviderError::Transient { .. }) => "transient",
         Err(ProviderError::Permanent { .. }) => "permanent",
+        Err(ProviderError::Misconfigured { .. }) => "misconfigured",
     }
 }
 
@@ -435,11 +534,43 @@ impl Handler<Wake> for Relay {
     }
 }
 
+impl Handler<Drain> for Relay {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
+        tracing::info!(
+            in_flight = self.in_flight,
+            unsettled = self.outcomes.len(),
+            "relay draining: no new claims; calls in flight finish"
+        );
+        self.draining = true;
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        self.pump(ctx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
 impl Handler<Deliver> for Relay {
     type Result = ();
 
     fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
         metrics::counter!("payrail_relay_handed_off_total").increment(msg.rows.len() as u64);
+        if self.draining {
+            // Written claimed just before the drain: give them back.
+            for row in &msg.rows {
+                assert_eq!(row.attempt, 1, "a flush claims a row's first attempt");
+            }
+            self.pending.extend(msg.rows.into_iter().map(|row| Held {
+                row,
+                claimed_at: msg.claimed_at,
+                handed_off: true,
+            }));
+            self.release_pending(ctx);
+            return;
+        }
         self.pending.extend(msg.rows.into_iter().map(|row| {
             assert_eq!(row.attempt, 1, "a flush claims a row's first attempt");
             Held {
@@ -472,26 +603,41 @@ mod tests {
         }
     }
 
-    const LIMITS: RelayLimits = RelayLimits {
-        concurrency_max: 1,
-        poll_interval: Duration::from_secs(1),
-        lease: Duration::from_secs(30),
-        max_attempts: 3,
-        retry_base: Duration::from_millis(100),
-        retry_cap: Duration::from_secs(10),
-        provider_timeout: Duration::from_secs(5),
-        settle_timeout: Duration::from_secs(5),
-        settle_batch_max: 64,
-    };
+    fn limits() -> RelayLimits {
+        RelayLimits {
+            concurrency_max: 1,
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            retry: crate::queue::RetryPolicy::exponential(
+                Duration::from_millis(100),
+                Duration::from_secs(10),
+                3,
+            ),
+            provider_timeout: Duration::from_secs(5),
+            settle_timeout: Duration::from_secs(5),
+            settle_batch_max: 64,
+        }
+    }
+
+    fn failed(s: &Settlement) -> bool {
+        matches!(
+            s,
+            Settlement::Final {
+                status: TransferStatus::Failed,
+                ..
+            }
+        )
+    }
 
     #[test]
     fn outcomes_map_to_settlements() {
+        let limits = limits();
         let ok = settlement(
             &row(1, false),
             Ok(ProviderOutcome::Succeeded {
                 reference: "r\0ef".into(),
             }),
-            &LIMITS,
+            &limits,
         );
         assert!(matches!(
             ok,
@@ -506,31 +652,21 @@ mod tests {
             Ok(ProviderOutcome::Declined {
                 reason: "no".into(),
             }),
-            &LIMITS,
+            &limits,
         );
         assert!(
             matches!(declined, Settlement::Final { status: TransferStatus::Failed, failure_reason: Some(r), .. } if r.as_str() == "no")
         );
-        let permanent = settlement(
-            &row(1, false),
-            Err(ProviderError::Permanent {
-                reason: "bad".into(),
-            }),
-            &LIMITS,
-        );
-        assert!(matches!(
-            permanent,
-            Settlement::Final {
-                status: TransferStatus::Failed,
-                ..
-            }
-        ));
+        let permanent = Err(ProviderError::Permanent {
+            reason: "HTTP 422: {\"error\":\"invalid_account\"}".into(),
+        });
+        assert!(failed(&settlement(&row(1, false), permanent, &limits)));
         let transient = ProviderError::Transient {
             reason: "503".into(),
             retry_after: Some(Duration::from_secs(2)),
             ambiguous: true,
         };
-        match settlement(&row(2, false), Err(transient.clone()), &LIMITS) {
+        match settlement(&row(2, false), Err(transient.clone()), &limits) {
             Settlement::Retry {
                 delay, ambiguous, ..
             } => {
@@ -541,7 +677,7 @@ mod tests {
         }
         // The budget, not the fencing token, decides the dead letter.
         assert!(matches!(
-            settlement(&row(3, false), Err(transient), &LIMITS),
+            settlement(&row(3, false), Err(transient), &limits),
             Settlement::Dead {
                 ambiguous: true,
                 ..
@@ -549,15 +685,33 @@ mod tests {
         ));
     }
 
-    /// A provider whose lookup always says `found`.
-    struct Lookup(Option<ProviderOutcome>);
+    #[test]
+    fn an_answer_that_is_not_the_provider_parks_the_row_and_never_finalizes() {
+        let misconfigured = || {
+            Err(ProviderError::Misconfigured {
+                reason: "HTTP 404: <html>not found</html>".into(),
+            })
+        };
+        for r in [row(1, false), row(2, true)] {
+            match settlement(&r, misconfigured(), &limits()) {
+                Settlement::Dead { error, ambiguous } => {
+                    assert!(error.as_str().starts_with("parked: HTTP 404"), "{error:?}");
+                    assert!(ambiguous, "a retry asks the provider first");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A provider that only answers lookups, with `found`.
+    struct Lookup(Result<Option<ProviderOutcome>, ProviderError>);
 
     impl Provider for Lookup {
         fn execute(
             &self,
             _: Payout,
         ) -> futures::future::BoxFuture<'static, Result<ProviderOutcome, ProviderError>> {
-            unreachable!("reconcile only looks up")
+            unreachable!("only looked up")
         }
         fn lookup(
             &self,
@@ -565,52 +719,88 @@ mod tests {
         ) -> futures::future::BoxFuture<'static, Result<Option<ProviderOutcome>, ProviderError>>
         {
             let found = self.0.clone();
-            Box::pin(async move { Ok(found) })
+            Box::pin(async move { found })
         }
     }
 
     #[actix_web::test]
-    async fn a_permanent_refusal_is_final_only_when_nothing_ambiguous_came_before() {
-        let refused = || {
-            Err(ProviderError::Permanent {
-                reason: "HTTP 403".into(),
-            })
-        };
-        let executed = Lookup(Some(ProviderOutcome::Succeeded {
+    async fn an_ambiguous_row_is_looked_up_before_anything_is_posted() {
+        let executed = Lookup(Ok(Some(ProviderOutcome::Succeeded {
             reference: "r".into(),
-        }));
-        // No earlier ambiguity: the refusal stands, nobody is asked.
+        })));
+        // Nothing ambiguous: nobody is asked (the lookup would panic).
+        struct Silent;
+        impl Provider for Silent {
+            fn execute(
+                &self,
+                _: Payout,
+            ) -> futures::future::BoxFuture<'static, Result<ProviderOutcome, ProviderError>>
+            {
+                unreachable!()
+            }
+            fn lookup(
+                &self,
+                _: uuid::Uuid,
+            ) -> futures::future::BoxFuture<'static, Result<Option<ProviderOutcome>, ProviderError>>
+            {
+                unreachable!("a row that is not ambiguous is posted without a lookup")
+            }
+        }
+        assert_eq!(look_up_first(&Silent, &row(1, false)).await, None);
+        // The provider's record decides...
         assert_eq!(
-            reconcile(&executed, &row(1, false), refused()).await,
-            refused()
-        );
-        // After an ambiguous attempt the provider's record decides...
-        assert_eq!(
-            reconcile(&executed, &row(2, true), refused()).await,
-            Ok(ProviderOutcome::Succeeded {
+            look_up_first(&executed, &row(2, true)).await,
+            Some(Ok(ProviderOutcome::Succeeded {
                 reference: "r".into()
-            })
+            }))
         );
-        // ...and "never executed" (404) makes the refusal final.
-        assert_eq!(
-            reconcile(&Lookup(None), &row(2, true), refused()).await,
-            refused()
-        );
+        // ...its own "no such payout" lets the POST go out...
+        assert_eq!(look_up_first(&Lookup(Ok(None)), &row(2, true)).await, None);
+        // ...and a lookup that cannot tell keeps the row waiting.
+        let unknown = ProviderError::Transient {
+            reason: "lookup: HTTP 404: <html>".into(),
+            retry_after: None,
+            ambiguous: true,
+        };
+        let r = look_up_first(&Lookup(Err(unknown.clone())), &row(2, true)).await;
+        assert_eq!(r, Some(Err(unknown)));
+        assert!(matches!(
+            settlement(&row(2, true), r.unwrap(), &limits()),
+            Settlement::Retry {
+                ambiguous: true,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn a_refused_settlement_counts_against_the_budget() {
         let e = StoreError::Corrupt("x".into());
         assert!(matches!(
-            settlement_failed(&row(1, false), &e, &LIMITS),
+            settlement_failed(&row(1, false), &e, &limits()),
             Settlement::Retry {
                 ambiguous: true,
                 ..
             }
         ));
         assert!(matches!(
-            settlement_failed(&row(3, false), &e, &LIMITS),
+            settlement_failed(&row(3, false), &e, &limits()),
             Settlement::Dead { .. }
         ));
+    }
+
+    #[test]
+    fn the_call_window_leaves_room_for_a_lookup_a_call_and_every_settlement_try() {
+        let l = limits();
+        assert_eq!(
+            l.call_bound(),
+            Duration::from_secs(5 * 2 + 5 * 3) + Duration::from_millis(400)
+        );
+        assert_eq!(l.call_window(), Some(Duration::from_millis(4600)));
+        let short = RelayLimits {
+            lease: Duration::from_secs(25),
+            ..l
+        };
+        assert_eq!(short.call_window(), None);
     }
 }

@@ -234,7 +234,11 @@ async fn get_payout(path: web::Path<String>, app: web::Data<App>) -> HttpRespons
         .and_then(|id| app.state.record(id));
     match record {
         Some(record) => HttpResponse::Ok().json(record),
-        None => error(StatusCode::NOT_FOUND, "not_found", "no payout with this id"),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "payout_not_found",
+            "no payout with this id",
+        ),
     }
 }
 
@@ -249,5 +253,7 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn not_found() -> HttpResponse {
-    error(StatusCode::NOT_FOUND, "not_found", "no such route")
+    // Not the same body as an unknown payout: an engine pointed at a wrong
+    // path must be able to tell "no such route" from "never executed".
+    error(StatusCode::NOT_FOUND, "route_not_found", "no such route")
 }

@@ -7,6 +7,7 @@ mod keys;
 mod migrate;
 mod notify;
 pub mod outbox;
+pub mod queue;
 mod transfers;
 mod tx;
 pub mod webhooks;

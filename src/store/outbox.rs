@@ -3,11 +3,14 @@
 //! The row's `attempts`, raised by every claim, fences a holder whose lease
 //! ran out: its late writes match no row.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use super::queue::{self, Claim, QueueTable, Reschedule};
 use super::{Store, StoreError};
 use crate::domain::webhook::NewEvent;
 use crate::domain::{ProviderText, TransferStatus};
@@ -93,8 +96,11 @@ pub struct OutboxEntry {
     pub locked_until: Option<DateTime<Utc>>,
     /// The last failure.
     pub last_error: Option<String>,
-    /// When it was dead-lettered.
+    /// When it was dead-lettered (or parked).
     pub dead_at: Option<DateTime<Utc>>,
+    /// Some call's outcome is unknown: the payout may have executed, so the
+    /// relay asks the provider before it posts again or calls it failed.
+    pub ambiguous: bool,
 }
 
 /// Figures for `/metrics`.
@@ -108,24 +114,29 @@ pub struct OutboxStats {
     pub oldest_due_age_secs: f64,
 }
 
-/// One statement claims: lock due rows that nobody holds (SKIP LOCKED, so
-/// processes never wait on each other), stamp the lease and the attempt,
-/// and return what the provider call needs.
-const CLAIM: &str = "
-WITH due AS (
-    SELECT transfer_id FROM outbox
-    WHERE dead_at IS NULL AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-    ORDER BY available_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE outbox o SET locked_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
-    FROM due WHERE o.transfer_id = due.transfer_id
-    RETURNING o.transfer_id, o.attempts, o.attempts_base, o.ambiguous
-)
-SELECT c.transfer_id, c.attempts, t.amount, t.currency, t.source_account, t.destination_account,
-       c.attempts - c.attempts_base, c.ambiguous
-FROM claimed c JOIN transfers t ON t.id = c.transfer_id";
+/// The outbox as a leased queue (`store::queue`): one row per transfer not
+/// yet final. A row taken over from a holder that recorded no outcome is
+/// ambiguous from then on: that holder may have called the provider.
+pub const OUTBOX: QueueTable = QueueTable {
+    table: "outbox",
+    key: &[("transfer_id", "uuid")],
+    due: "available_at",
+    open: "q.dead_at IS NULL",
+    on_claim: ", ambiguous = q.ambiguous OR due.reclaimed",
+    claim_returns: ", q.ambiguous",
+    fair_by: &[],
+    payload: "SELECT c.transfer_id, c.attempts, c.budget_used, c.reclaimed, c.leased, c.ambiguous,
+       t.amount, t.currency, t.source_account, t.destination_account
+FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
+    reschedule_extra: (
+        "ambiguous",
+        "bool",
+        "ambiguous = q.ambiguous OR i.ambiguous",
+    ),
+};
+
+static CLAIM: LazyLock<String> = LazyLock::new(|| OUTBOX.claim_sql());
+static RESCHEDULE: LazyLock<String> = LazyLock::new(|| OUTBOX.reschedule_sql());
 
 /// Settles the final outcomes of a batch: deletes the rows still held under
 /// each claim's attempt (fencing), and gives their transfers the final
@@ -137,29 +148,15 @@ WITH i AS (
         AS i(id, attempt, status, reference, reason)
 ), done AS (
     DELETE FROM outbox o USING i WHERE o.transfer_id = i.id AND o.attempts = i.attempt
-    RETURNING o.transfer_id
+    RETURNING o.transfer_id, o.attempts
 ), changed AS (
     UPDATE transfers t SET status = i.status, provider_reference = i.reference,
                            failure_reason = i.reason, updated_at = now()
-    FROM i JOIN done ON done.transfer_id = i.id
+    FROM i JOIN done ON done.transfer_id = i.id AND done.attempts = i.attempt
     WHERE t.id = i.id AND t.status = 'pending'
     RETURNING t.*
 )
 SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
-
-/// Reschedules (or dead-letters) the rows of a batch still held under each
-/// claim's attempt. `ambiguous` only ever turns on.
-const SETTLE_RESCHEDULE: &str = "
-UPDATE outbox o SET
-    available_at = now() + make_interval(secs => i.delay),
-    locked_until = NULL,
-    last_error = i.error,
-    dead_at = CASE WHEN i.dead THEN now() END,
-    ambiguous = o.ambiguous OR i.ambiguous
-FROM UNNEST($1::uuid[], $2::int4[], $3::float8[], $4::text[], $5::bool[], $6::bool[])
-    AS i(id, attempt, delay, error, dead, ambiguous)
-WHERE o.transfer_id = i.id AND o.attempts = i.attempt
-RETURNING o.transfer_id";
 
 impl Store {
     /// Claims up to `limit` due rows for `lease`.
@@ -169,21 +166,28 @@ impl Store {
         lease: Duration,
     ) -> Result<Vec<ClaimedRow>, StoreError> {
         self.with_client(|client| async move {
-            let stmt = client.prepare_cached(CLAIM).await?;
-            let rows = client.query(&stmt, &[&limit, &lease.as_secs_f64()]).await?;
+            let rows = queue::claim(&client, &CLAIM, limit, lease, &[]).await?;
             Ok(rows
                 .iter()
-                .map(|r| ClaimedRow {
-                    payout: Payout {
-                        transfer_id: r.get(0),
-                        amount: r.get(2),
-                        currency: r.get(3),
-                        source_account: r.get(4),
-                        destination_account: r.get(5),
-                    },
-                    attempt: r.get(1),
-                    budget_used: r.get(6),
-                    ambiguous: r.get(7),
+                .map(|r| {
+                    let claim = Claim::of(r);
+                    let ambiguous: bool = r.get("ambiguous");
+                    assert!(
+                        ambiguous || !claim.reclaimed,
+                        "a row taken over without a recorded outcome is ambiguous"
+                    );
+                    ClaimedRow {
+                        payout: Payout {
+                            transfer_id: r.get("transfer_id"),
+                            amount: r.get("amount"),
+                            currency: r.get("currency"),
+                            source_account: r.get("source_account"),
+                            destination_account: r.get("destination_account"),
+                        },
+                        attempt: claim.attempt,
+                        budget_used: claim.budget_used,
+                        ambiguous,
+                    }
                 })
                 .collect())
         })
@@ -203,12 +207,19 @@ impl Store {
             "a settlement batch settles at least one row"
         );
         let finals = FinalColumns::of(batch);
-        let later = RescheduleColumns::of(batch);
-        assert_eq!(finals.id.len() + later.id.len(), batch.len());
+        let (later_ids, later) = rescheduled(batch);
+        assert_eq!(finals.id.len() + later.len(), batch.len());
+        let mut unique: Vec<Uuid> = batch.iter().map(|(r, _)| r.payout.transfer_id).collect();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            batch.len(),
+            "a row appears at most once in a batch"
+        );
         self.with_client(|mut client| async move {
             let tx = client.transaction().await?;
             let final_stmt = tx.prepare_cached(SETTLE_FINAL).await?;
-            let later_stmt = tx.prepare_cached(SETTLE_RESCHEDULE).await?;
             let finals_run = async {
                 if finals.id.is_empty() {
                     return Ok(Vec::new());
@@ -225,23 +236,8 @@ impl Store {
                 )
                 .await
             };
-            let later_run = async {
-                if later.id.is_empty() {
-                    return Ok(Vec::new());
-                }
-                tx.query(
-                    &later_stmt,
-                    &[
-                        &later.id,
-                        &later.attempt,
-                        &later.delay,
-                        &later.error,
-                        &later.dead,
-                        &later.ambiguous,
-                    ],
-                )
-                .await
-            };
+            let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
+            let later_run = later.run(&tx, &RESCHEDULE, &later_keys);
             let (done, rescheduled) = futures::join!(finals_run, later_run);
             let (done, rescheduled) = (done?, rescheduled?);
 
@@ -258,7 +254,16 @@ impl Store {
             let deliveries = super::webhooks::insert_events(&tx, &events).await?;
             tx.commit().await?;
             let finalized = events.iter().map(|e| e.transfer_id).collect();
-            held.extend(rescheduled.iter().map(|r| r.get::<_, Uuid>(0)));
+            for r in &rescheduled {
+                let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
+                let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
+                assert_eq!(
+                    claimed.map(|(c, _)| c.attempt),
+                    Some(attempts),
+                    "a settled row carries its claim's fencing token"
+                );
+                held.insert(id);
+            }
             Ok(SettleReport {
                 held: batch
                     .iter()
@@ -280,7 +285,7 @@ impl Store {
         self.with_client(|client| async move {
             let rows = client
                 .query(
-                    "SELECT transfer_id, attempts, available_at, locked_until, last_error, dead_at FROM outbox \
+                    "SELECT transfer_id, attempts, available_at, locked_until, last_error, dead_at, ambiguous FROM outbox \
                      WHERE ($1 = false OR dead_at IS NOT NULL) ORDER BY created_at LIMIT $2",
                     &[&dead_only, &limit],
                 )
@@ -294,6 +299,7 @@ impl Store {
                     locked_until: r.get(3),
                     last_error: r.get(4),
                     dead_at: r.get(5),
+                    ambiguous: r.get(6),
                 })
                 .collect())
         })
@@ -316,8 +322,11 @@ impl Store {
         self.with_client(|client| async move {
             let n = client
                 .execute(
-                    "UPDATE outbox SET dead_at = NULL, attempts_base = attempts, available_at = now(), locked_until = NULL \
-                     WHERE transfer_id = $1 AND dead_at IS NOT NULL",
+                    &format!(
+                        "UPDATE outbox q SET {}, locked_until = NULL \
+                         WHERE transfer_id = $1 AND dead_at IS NOT NULL",
+                        OUTBOX.requeue_set()
+                    ),
                     &[&transfer_id],
                 )
                 .await?;
@@ -325,6 +334,26 @@ impl Store {
                 client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
             }
             Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Gives back rows this process claimed and never called (a shutdown's
+    /// drain): due at once and without a lease, so the next claim does not
+    /// take them for ambiguous, and the claim does not count against the
+    /// retry budget. Each only while still held under its claim.
+    pub async fn release_outbox(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
+        let (ids, attempts): (Vec<Uuid>, Vec<i32>) = claims.iter().copied().unzip();
+        self.with_client(|client| async move {
+            Ok(client
+                .execute(
+                    "UPDATE outbox q SET locked_until = NULL, available_at = now(), \
+                     attempts_base = q.attempts_base + 1 \
+                     FROM UNNEST($1::uuid[], $2::int4[]) AS i(id, attempt) \
+                     WHERE q.transfer_id = i.id AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
+                    &[&ids, &attempts],
+                )
+                .await?)
         })
         .await
     }
@@ -380,37 +409,23 @@ impl<'a> FinalColumns<'a> {
     }
 }
 
-/// The retries and dead letters of a batch, one array per column.
-#[derive(Default)]
-struct RescheduleColumns<'a> {
-    id: Vec<Uuid>,
-    attempt: Vec<i32>,
-    delay: Vec<f64>,
-    error: Vec<&'a str>,
-    dead: Vec<bool>,
-    ambiguous: Vec<bool>,
-}
-
-impl<'a> RescheduleColumns<'a> {
-    fn of(batch: &'a [(ClaimedRow, Settlement)]) -> Self {
-        let mut c = Self::default();
-        for (row, settlement) in batch {
-            let (delay, error, dead, ambiguous) = match settlement {
-                Settlement::Final { .. } => continue,
-                Settlement::Retry {
-                    delay,
-                    error,
-                    ambiguous,
-                } => (delay.as_secs_f64(), error, false, *ambiguous),
-                Settlement::Dead { error, ambiguous } => (0.0, error, true, *ambiguous),
-            };
-            c.id.push(row.payout.transfer_id);
-            c.attempt.push(row.attempt);
-            c.delay.push(delay);
-            c.error.push(error.as_str());
-            c.dead.push(dead);
-            c.ambiguous.push(ambiguous);
-        }
-        c
+/// The retries and dead letters of a batch: their ids, and the rest of the
+/// queue's reschedule columns.
+fn rescheduled(batch: &[(ClaimedRow, Settlement)]) -> (Vec<Uuid>, Reschedule<'_, bool>) {
+    let mut ids = Vec::new();
+    let mut r = Reschedule::default();
+    for (row, settlement) in batch {
+        let (delay, error, ambiguous) = match settlement {
+            Settlement::Final { .. } => continue,
+            Settlement::Retry {
+                delay,
+                error,
+                ambiguous,
+            } => (Some(*delay), error, *ambiguous),
+            Settlement::Dead { error, ambiguous } => (None, error, *ambiguous),
+        };
+        ids.push(row.payout.transfer_id);
+        r.push(row.attempt, delay, error.as_str(), ambiguous);
     }
+    (ids, r)
 }

@@ -1,13 +1,15 @@
 //! Webhook endpoints, events and deliveries. Events are written inside the
-//! relay's settlement transaction ([`insert_events`]); deliveries are claimed
-//! with `SKIP LOCKED` and a lease and settled in batches, fenced by the
-//! claim's attempt number, exactly like outbox rows.
+//! relay's settlement transaction ([`insert_events`]); deliveries are a
+//! leased queue ([`DELIVERIES`], `store::queue`) like the outbox, claimed
+//! fairly by endpoint.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::queue::{self, Claim, QueueTable, Reschedule};
 use super::{Store, StoreError};
 use crate::domain::webhook::{EndpointUrl, EventType, NewEvent, WebhookSecret};
 use crate::domain::ClientId;
@@ -193,50 +195,47 @@ WITH e AS (
     SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
     RETURNING client_id, id
 ), d AS (
-    INSERT INTO webhook_deliveries (event_id, endpoint_id)
-    SELECT e.id, ep.id FROM e
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, client_id)
+    SELECT e.id, ep.id, e.client_id FROM e
     JOIN webhook_endpoints ep ON ep.client_id = e.client_id
         AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL
     RETURNING 1
 )
 SELECT count(*) FROM d";
 
-/// Claims due deliveries that nobody holds, as the outbox claim does.
-const CLAIM: &str = "
-WITH due AS (
-    SELECT event_id, endpoint_id FROM webhook_deliveries
-    WHERE delivered_at IS NULL AND dead_at IS NULL AND next_attempt_at <= now()
-      AND (locked_until IS NULL OR locked_until <= now())
-    ORDER BY next_attempt_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
-                                    locked_until = now() + make_interval(secs => $2)
-    FROM due WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
-    RETURNING d.event_id, d.endpoint_id, d.attempts, d.attempts - d.attempts_base AS schedule_attempt
-)
-SELECT c.event_id, c.endpoint_id, c.attempts, c.schedule_attempt, e.body,
+/// Deliveries as a leased queue: claimed oldest first, but at most
+/// `--webhook-endpoint-in-flight-max` at once per endpoint and
+/// `--webhook-client-in-flight-max` per client, so a receiver that hangs
+/// holds its owner's slots only.
+pub const DELIVERIES: QueueTable = QueueTable {
+    table: "webhook_deliveries",
+    key: &[("event_id", "uuid"), ("endpoint_id", "uuid")],
+    due: "next_attempt_at",
+    open: "q.delivered_at IS NULL AND q.dead_at IS NULL",
+    on_claim: "",
+    claim_returns: "",
+    fair_by: &["endpoint_id", "client_id"],
+    payload:
+        "SELECT c.event_id, c.endpoint_id, c.attempts, c.budget_used, c.reclaimed, c.leased, e.body,
        CASE WHEN ep.deleted_at IS NULL AND ep.disabled_at IS NULL THEN ep.url END AS url,
        ep.secret,
        CASE WHEN ep.previous_secret_until > now() THEN ep.previous_secret END AS previous_secret
 FROM claimed c
 JOIN webhook_events e ON e.id = c.event_id
-JOIN webhook_endpoints ep ON ep.id = c.endpoint_id";
+JOIN webhook_endpoints ep ON ep.id = c.endpoint_id",
+    reschedule_extra: ("status", "int4", "last_status = i.status"),
+};
 
-/// Settles a batch of attempts, each only if still held under its claim.
-const SETTLE: &str = "
-UPDATE webhook_deliveries d SET
-    delivered_at = CASE WHEN i.kind = 'delivered' THEN now() END,
-    dead_at = CASE WHEN i.kind = 'dead' THEN now() END,
-    next_attempt_at = CASE WHEN i.kind = 'retry' THEN now() + make_interval(secs => i.delay)
-                           ELSE d.next_attempt_at END,
-    locked_until = NULL,
-    last_status = i.status,
-    last_error = i.error
-FROM UNNEST($1::uuid[], $2::uuid[], $3::int4[], $4::text[], $5::float8[], $6::int4[], $7::text[])
-    AS i(event_id, endpoint_id, attempt, kind, delay, status, error)
-WHERE d.event_id = i.event_id AND d.endpoint_id = i.endpoint_id AND d.attempts = i.attempt";
+static CLAIM: LazyLock<String> = LazyLock::new(|| DELIVERIES.claim_sql());
+static RESCHEDULE: LazyLock<String> = LazyLock::new(|| DELIVERIES.reschedule_sql());
+
+/// What "done" writes for a delivery: accepted, each only if still held
+/// under its claim.
+const SETTLE_DELIVERED: &str = "
+UPDATE webhook_deliveries q SET delivered_at = now(), locked_until = NULL,
+    last_status = i.status, last_error = NULL
+FROM UNNEST($1::uuid[], $2::uuid[], $3::int4[], $4::int4[]) AS i(event_id, endpoint_id, attempt, status)
+WHERE q.event_id = i.event_id AND q.endpoint_id = i.endpoint_id AND q.attempts = i.attempt";
 
 /// Disables endpoints that answered `410 Gone`, and ends what was pending to them.
 const DISABLE_ENDPOINTS: &str = "
@@ -554,11 +553,13 @@ impl Store {
             }
             let n = tx
                 .execute(
-                    "UPDATE webhook_deliveries d SET next_attempt_at = now(), dead_at = NULL, \
-                     attempts_base = d.attempts \
-                     FROM webhook_endpoints ep \
-                     WHERE d.event_id = $1 AND d.delivered_at IS NULL AND ep.id = d.endpoint_id \
-                       AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
+                    &format!(
+                        "UPDATE webhook_deliveries q SET {} \
+                         FROM webhook_endpoints ep \
+                         WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
+                           AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
+                        DELIVERIES.requeue_set()
+                    ),
                     &[&event_id],
                 )
                 .await?;
@@ -583,17 +584,21 @@ impl Store {
         .await
     }
 
-    /// Claims up to `limit` due deliveries for `lease`.
+    /// Claims up to `limit` due deliveries for `lease`, at most
+    /// `endpoint_max` in flight per endpoint and `client_max` per client.
     pub async fn claim_deliveries(
         &self,
         limit: i64,
         lease: Duration,
+        endpoint_max: i64,
+        client_max: i64,
     ) -> Result<Vec<ClaimedDelivery>, StoreError> {
         self.with_client(|conn| async move {
-            let stmt = conn.prepare_cached(CLAIM).await?;
-            let rows = conn.query(&stmt, &[&limit, &lease.as_secs_f64()]).await?;
+            let shares = [endpoint_max, client_max];
+            let rows = queue::claim(&conn, &CLAIM, limit, lease, &shares).await?;
             rows.iter()
                 .map(|r| {
+                    let claim = Claim::of(r);
                     let mut secrets = Vec::with_capacity(2);
                     for text in [
                         r.get::<_, Option<String>>("secret"),
@@ -611,8 +616,8 @@ impl Store {
                     Ok(ClaimedDelivery {
                         event_id: r.get("event_id"),
                         endpoint_id: r.get("endpoint_id"),
-                        attempt: r.get("attempts"),
-                        schedule_attempt: r.get("schedule_attempt"),
+                        attempt: claim.attempt,
+                        schedule_attempt: claim.budget_used,
                         body: r.get("body"),
                         url: url.as_deref().and_then(EndpointUrl::from_trusted),
                         secrets,
@@ -630,59 +635,47 @@ impl Store {
         batch: &[(ClaimedDelivery, DeliverySettlement)],
     ) -> Result<(), StoreError> {
         assert!(!batch.is_empty(), "a settlement batch settles at least one");
-        let mut event_id = Vec::with_capacity(batch.len());
-        let mut endpoint_id = Vec::with_capacity(batch.len());
-        let mut attempt = Vec::with_capacity(batch.len());
-        let mut kind = Vec::with_capacity(batch.len());
-        let mut delay = Vec::with_capacity(batch.len());
-        let mut status: Vec<Option<i32>> = Vec::with_capacity(batch.len());
-        let mut error: Vec<Option<&str>> = Vec::with_capacity(batch.len());
+        let mut done: [Vec<Uuid>; 2] = Default::default();
+        let mut done_attempt = Vec::new();
+        let mut done_status: Vec<i32> = Vec::new();
+        let mut later: [Vec<Uuid>; 2] = Default::default();
+        let mut reschedule: Reschedule<'_, Option<i32>> = Reschedule::default();
         let mut gone = Vec::new();
         for (claim, settlement) in batch {
-            event_id.push(claim.event_id);
-            endpoint_id.push(claim.endpoint_id);
-            attempt.push(claim.attempt);
-            let (k, d, s, e) = match settlement {
-                DeliverySettlement::Delivered { status } => ("delivered", 0.0, Some(*status), None),
+            let (delay, status, error) = match settlement {
+                DeliverySettlement::Delivered { status } => {
+                    done[0].push(claim.event_id);
+                    done[1].push(claim.endpoint_id);
+                    done_attempt.push(claim.attempt);
+                    done_status.push(i32::from(*status));
+                    continue;
+                }
                 DeliverySettlement::Retry {
                     delay,
                     status,
                     error,
-                } => ("retry", delay.as_secs_f64(), *status, Some(error.as_str())),
-                DeliverySettlement::Dead { status, error } => {
-                    ("dead", 0.0, *status, Some(error.as_str()))
-                }
+                } => (Some(*delay), *status, error.as_str()),
+                DeliverySettlement::Dead { status, error } => (None, *status, error.as_str()),
                 DeliverySettlement::Gone => {
                     gone.push(claim.endpoint_id);
-                    (
-                        "dead",
-                        0.0,
-                        Some(410),
-                        Some("410 Gone: the endpoint is disabled"),
-                    )
+                    (None, Some(410), "410 Gone: the endpoint is disabled")
                 }
             };
-            kind.push(k);
-            delay.push(d);
-            status.push(s.map(i32::from));
-            error.push(e);
+            later[0].push(claim.event_id);
+            later[1].push(claim.endpoint_id);
+            reschedule.push(claim.attempt, delay, error, status.map(i32::from));
         }
+        assert_eq!(done_attempt.len() + reschedule.len(), batch.len());
         self.with_client(|mut conn| async move {
             let tx = conn.transaction().await?;
-            let stmt = tx.prepare_cached(SETTLE).await?;
-            tx.execute(
-                &stmt,
-                &[
-                    &event_id,
-                    &endpoint_id,
-                    &attempt,
-                    &kind,
-                    &delay,
-                    &status,
-                    &error,
-                ],
-            )
-            .await?;
+            if !done_attempt.is_empty() {
+                let stmt = tx.prepare_cached(SETTLE_DELIVERED).await?;
+                tx.execute(&stmt, &[&done[0], &done[1], &done_attempt, &done_status])
+                    .await?;
+            }
+            reschedule
+                .run(&tx, &RESCHEDULE, &[&later[0], &later[1]])
+                .await?;
             if !gone.is_empty() {
                 tx.execute(DISABLE_ENDPOINTS, &[&gone]).await?;
             }

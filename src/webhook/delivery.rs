@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::schedule::RetrySchedule;
 use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
+use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
 use crate::store::Store;
 
@@ -24,7 +24,7 @@ const STATS_INTERVAL: Duration = Duration::from_secs(5);
 pub fn settlement_of(
     claim: &ClaimedDelivery,
     attempt: &Attempt,
-    schedule: RetrySchedule,
+    retry: RetryPolicy,
 ) -> DeliverySettlement {
     let (status, retry_after, error) = match attempt {
         Attempt::Answered { status, .. } if (200..300).contains(status) => {
@@ -42,7 +42,7 @@ pub fn settlement_of(
         ),
         Attempt::NoAnswer(reason) => (None, None, bounded_error(reason)),
     };
-    match schedule.after_failure(claim.schedule_attempt, retry_after) {
+    match retry.after_failure(claim.schedule_attempt, retry_after) {
         Some(delay) => DeliverySettlement::Retry {
             delay,
             status,
@@ -64,7 +64,7 @@ fn outcome_label(s: &DeliverySettlement) -> &'static str {
 /// Runs the worker for as long as the future is polled.
 pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
     assert!(limits.concurrency_max > 0, "at least one attempt at a time");
-    let schedule = RetrySchedule::scaled(limits.retry_scale);
+    let retry = limits.retry;
     let wake = Arc::new(Notify::new());
     let heard = wake.clone();
     let listener = tokio::spawn(
@@ -82,14 +82,22 @@ pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
         let room = limits.concurrency_max - in_flight.len();
         if more_due && room > 0 {
             more_due = false;
-            match store.claim_deliveries(room as i64, limits.lease).await {
+            match store
+                .claim_deliveries(
+                    room as i64,
+                    limits.lease,
+                    limits.endpoint_in_flight_max,
+                    limits.client_in_flight_max,
+                )
+                .await
+            {
                 Ok(claimed) => {
                     // A full claim means more are probably due.
                     more_due = claimed.len() == room;
                     for claim in claimed {
                         let sender = sender.clone();
                         in_flight.spawn(async move {
-                            let settlement = attempt(&sender, &claim, schedule).await;
+                            let settlement = attempt(&sender, &claim, retry).await;
                             (claim, settlement)
                         });
                     }
@@ -122,7 +130,7 @@ pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
 async fn attempt(
     sender: &Sender,
     claim: &ClaimedDelivery,
-    schedule: RetrySchedule,
+    retry: RetryPolicy,
 ) -> DeliverySettlement {
     let Some(url) = &claim.url else {
         // Deleted or disabled since the delivery was written.
@@ -140,7 +148,7 @@ async fn attempt(
             &claim.secrets,
         )
         .await;
-    let settlement = settlement_of(claim, &answer, schedule);
+    let settlement = settlement_of(claim, &answer, retry);
     metrics::histogram!("payrail_webhook_delivery_seconds").record(started.elapsed().as_secs_f64());
     metrics::counter!("payrail_webhook_deliveries_total", "outcome" => outcome_label(&settlement))
         .increment(1);
@@ -200,7 +208,7 @@ mod tests {
 
     #[test]
     fn answers_map_to_settlements() {
-        let s = RetrySchedule::scaled(1.0);
+        let s = RetryPolicy::schedule(1.0);
         assert_eq!(
             settlement_of(&claim(1), &answered(204), s),
             DeliverySettlement::Delivered { status: 204 }

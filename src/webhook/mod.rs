@@ -5,11 +5,13 @@
 //! webhook-sink`, a receiver for tests and `payrail dev`.
 
 pub mod delivery;
-pub mod schedule;
 pub mod sender;
 pub mod sink;
 
 use std::time::Duration;
+
+use crate::config::ServeConfig;
+use crate::queue::RetryPolicy;
 
 /// Bounds of the delivery worker.
 #[derive(Debug, Clone)]
@@ -20,6 +22,24 @@ pub struct WebhookLimits {
     pub lease: Duration,
     /// Fallback poll when no notification arrives.
     pub poll_interval: Duration,
-    /// Multiplies the retry schedule (1 in production).
-    pub retry_scale: f64,
+    /// The schedule (scaled by `--webhook-retry-scale`; 1 in production).
+    pub retry: RetryPolicy,
+    /// Attempts in flight to one endpoint at once, over every process.
+    pub endpoint_in_flight_max: i64,
+    /// Attempts in flight to one client's endpoints at once, over every process.
+    pub client_in_flight_max: i64,
+}
+
+impl From<&ServeConfig> for WebhookLimits {
+    fn from(config: &ServeConfig) -> Self {
+        let w = &config.webhooks;
+        Self {
+            concurrency_max: w.webhook_concurrency,
+            lease: w.webhook_lease,
+            poll_interval: w.webhook_poll,
+            retry: RetryPolicy::schedule(w.webhook_retry_scale),
+            endpoint_in_flight_max: w.webhook_endpoint_in_flight_max,
+            client_in_flight_max: w.webhook_client_in_flight_max,
+        }
+    }
 }

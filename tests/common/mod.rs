@@ -366,3 +366,104 @@ impl Drop for ServeProcess {
         self.kill();
     }
 }
+
+/// Relay flags that keep tests quick: short polls and backoff.
+pub fn relay_flags(provider_url: &str) -> Vec<String> {
+    [
+        "--provider-url",
+        provider_url,
+        "--relay-poll",
+        "200ms",
+        "--retry-base",
+        "20ms",
+        "--retry-cap",
+        "500ms",
+        "--provider-timeout",
+        "2s",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The engine on `db` relaying to `provider_url`, with `extra` flags.
+pub async fn spawn_relaying(db: &str, provider_url: &str, extra: &[&str]) -> TestApp {
+    let mut flags = relay_flags(provider_url);
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    spawn_app_with(db, &flags).await
+}
+
+impl TestApp {
+    /// `GET /transfers/{id}`.
+    pub async fn transfer(&self, id: &str) -> Value {
+        self.get(&format!("/transfers/{id}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The transfer once it is no longer `pending` (20 s at most).
+    pub async fn wait_final(&self, id: &str) -> Value {
+        wait_for("a final status", Duration::from_secs(20), || async {
+            self.transfer(id).await["status"] != "pending"
+        })
+        .await;
+        self.transfer(id).await
+    }
+}
+
+/// A server of the test's own that answers every request with `status`,
+/// `content_type` and `body`, over real HTTP: a provider that misbehaves
+/// in ways provider-sim cannot, or a gateway in front of nothing.
+pub async fn answering(
+    status: u16,
+    content_type: &'static str,
+    body: &'static str,
+) -> (String, actix_web::dev::ServerHandle) {
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new().default_service(actix_web::web::to(move || async move {
+            actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+                .content_type(content_type)
+                .body(body)
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let url = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    (url, handle)
+}
+
+/// A new client on `db`, and its API key.
+pub async fn new_client_key(db: &str) -> String {
+    let store = Store::connect(
+        &payrail::cli::serve_config(["--database-url", db])
+            .unwrap()
+            .database,
+    )
+    .unwrap();
+    let (_, key) = store.create_client("test").await.unwrap();
+    key.expose_secret().to_owned()
+}
+
+/// `POST /transfers` to `base` as `key` with a new idempotency key; the id.
+pub async fn create_via(base: &str, key: &str) -> String {
+    let res = reqwest::Client::new()
+        .post(format!("{base}/transfers"))
+        .bearer_auth(key)
+        .header("Idempotency-Key", new_key())
+        .json(&transfer_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    res.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

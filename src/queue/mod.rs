@@ -1,0 +1,10 @@
+//! The one leased work queue, seen from its workers. The outbox (provider
+//! calls) and webhook deliveries are both queues of due rows that a worker
+//! claims with a lease, works on, and settles: done, due again after a
+//! backoff, or dead once its retry budget is spent. Their SQL is one set of
+//! statements built per table (`store::queue`); when a failed row is due
+//! again is one [`RetryPolicy`] (this module).
+
+pub mod backoff;
+
+pub use backoff::{Backoff, RetryPolicy};

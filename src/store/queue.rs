@@ -1,0 +1,383 @@
+//! The one leased work queue, as SQL. The outbox and webhook deliveries are
+//! both tables of due rows that a worker claims with a lease, works on
+//! outside any transaction, and then settles: done, due again later, or
+//! dead. What they share lives here, once; what differs (the table, its key,
+//! what a claim returns, what "done" writes) is a [`QueueTable`]
+//! description, from which the statements are built when first used.
+//!
+//! The rules every queue gets:
+//! - A claim locks due rows nobody holds with `FOR UPDATE SKIP LOCKED`, so
+//!   processes never wait on each other, and stamps a lease.
+//! - `attempts`, raised by every claim and never lowered, is the fencing
+//!   token: a settlement writes only where the row still carries its
+//!   claim's number, so a holder whose lease ran out writes nothing.
+//! - `attempts - attempts_base` is the current retry budget; an operator's
+//!   requeue raises `attempts_base` instead of lowering `attempts`.
+//! - A row claimed while a lease is still stamped on it (`locked_until` is
+//!   cleared by every settlement) was taken over from a holder that never
+//!   recorded an outcome: it is *reclaimed*. The claim says so, and a queue
+//!   may record it (the outbox marks such a row ambiguous: the vanished
+//!   holder may have called the provider).
+//! - A queue may claim fairly by a column (deliveries by endpoint): at most
+//!   `fair_max` rows of one value are held at once, so one slow receiver
+//!   takes its own slots, never everybody's.
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+/// The parts of a queue table that differ from one queue to another.
+#[derive(Debug)]
+pub struct QueueTable {
+    /// The table.
+    pub table: &'static str,
+    /// The key columns with their SQL types, in order.
+    pub key: &'static [(&'static str, &'static str)],
+    /// The column saying when a row is next due.
+    pub due: &'static str,
+    /// Rows still open (neither done nor dead), on the alias `q`.
+    pub open: &'static str,
+    /// More to set on a claim (on `q`, with `due.reclaimed` in scope), or "".
+    pub on_claim: &'static str,
+    /// More columns of `q` the claim returns (", q.col ..."), or "".
+    pub claim_returns: &'static str,
+    /// Claim fairly by these columns (see the module's notes): a claim
+    /// passes one share per column.
+    pub fair_by: &'static [&'static str],
+    /// The statement that returns what a worker needs, reading the CTE
+    /// `claimed` (the key columns, `attempts`, `budget_used`, `reclaimed`,
+    /// `leased`).
+    pub payload: &'static str,
+    /// One more column a reschedule writes: its name in the input, its SQL
+    /// type, and the assignment (with `q` and `i` in scope).
+    pub reschedule_extra: (&'static str, &'static str, &'static str),
+}
+
+impl QueueTable {
+    fn keys(&self, alias: &str) -> String {
+        self.key
+            .iter()
+            .map(|(k, _)| format!("{alias}.{k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn key_match(&self, left: &str, right: &str) -> String {
+        self.key
+            .iter()
+            .map(|(k, _)| format!("{left}.{k} = {right}.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    }
+
+    /// Free to claim: open, due, and no lease or an expired one.
+    fn claimable(&self) -> String {
+        format!(
+            "{open} AND q.{due} <= now() AND (q.locked_until IS NULL OR q.locked_until <= now())",
+            open = self.open,
+            due = self.due
+        )
+    }
+
+    /// `$1` limit, `$2` lease in seconds, and `$3` the fair share when
+    /// `fair_by` is set.
+    pub fn claim_sql(&self) -> String {
+        let t = self.table;
+        let due_col = self.due;
+        let due = if self.fair_by.is_empty() {
+            format!(
+                "due AS (
+    SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
+    WHERE {claimable}
+    ORDER BY q.{due_col} LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)",
+                qkeys = self.keys("q"),
+                claimable = self.claimable(),
+            )
+        } else {
+            // For each fair column i (its share is parameter 3 + i): what
+            // each group holds now (`busy_i`); the rows of groups that hold
+            // their share are skipped by the scan; among the oldest due
+            // others, each group gets at most what is left of its share.
+            // Window functions cannot share a query level with FOR UPDATE,
+            // so the lock comes last, and re-checks the lease.
+            let share = |i: usize| format!("${}::int8", i + 3);
+            let busy: Vec<String> = self
+                .fair_by
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    format!(
+                        "busy_{i} AS (
+    SELECT {g} AS grp, count(*) AS n FROM {t} WHERE locked_until > now() GROUP BY {g}
+)"
+                    )
+                })
+                .collect();
+            let groups: String = self
+                .fair_by
+                .iter()
+                .enumerate()
+                .map(|(i, g)| format!(", q.{g} AS grp_{i}"))
+                .collect();
+            let not_full: String = self
+                .fair_by
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    format!(
+                        "\n      AND NOT EXISTS (SELECT 1 FROM busy_{i} b WHERE b.grp = q.{g} AND b.n >= {})",
+                        share(i)
+                    )
+                })
+                .collect();
+            let nths: String = (0..self.fair_by.len())
+                .map(|i| {
+                    format!(
+                        ",\n           row_number() OVER (PARTITION BY c.grp_{i} ORDER BY c.due_at) + COALESCE(b_{i}.n, 0) AS nth_{i}"
+                    )
+                })
+                .collect();
+            let joins: String = (0..self.fair_by.len())
+                .map(|i| format!("\n    LEFT JOIN busy_{i} b_{i} ON b_{i}.grp = c.grp_{i}"))
+                .collect();
+            let within: String = (0..self.fair_by.len())
+                .map(|i| format!("f.nth_{i} <= {} AND ", share(i)))
+                .collect();
+            format!(
+                "{busy}, cand AS (
+    SELECT {qkeys}{groups}, q.{due_col} AS due_at FROM {t} q
+    WHERE {claimable}{not_full}
+    ORDER BY q.{due_col} LIMIT $1::int8 * 4
+), fair AS (
+    SELECT c.*{nths}
+    FROM cand c{joins}
+), due AS (
+    SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q JOIN fair f ON {fmatch}
+    WHERE {within}{claimable}
+    ORDER BY f.due_at LIMIT $1
+    FOR UPDATE OF q SKIP LOCKED
+)",
+                busy = busy.join(", "),
+                qkeys = self.keys("q"),
+                claimable = self.claimable(),
+                fmatch = self.key_match("q", "f"),
+            )
+        };
+        format!(
+            "WITH {due}, claimed AS (
+    UPDATE {t} q SET attempts = q.attempts + 1, locked_until = now() + make_interval(secs => $2){on_claim}
+    FROM due WHERE {dmatch}
+    RETURNING {qkeys}, q.attempts, q.attempts - q.attempts_base AS budget_used, due.reclaimed,
+              q.locked_until > now() AS leased{claim_returns}
+)
+{payload}",
+            on_claim = self.on_claim,
+            claim_returns = self.claim_returns,
+            dmatch = self.key_match("q", "due"),
+            qkeys = self.keys("q"),
+            payload = self.payload,
+        )
+    }
+
+    /// Retries and dead letters of a batch, each written only where the row
+    /// still carries its claim's number. Inputs: the key columns, then
+    /// attempt, delay (s), error, dead, and the extra column.
+    pub fn reschedule_sql(&self) -> String {
+        let (extra_name, extra_type, extra_set) = self.reschedule_extra;
+        let n = self.key.len();
+        let inputs: Vec<String> = self
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
+            .chain(
+                ["int4", "float8", "text", "bool", extra_type]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, ty)| format!("${}::{ty}[]", n + i + 1)),
+            )
+            .collect();
+        let names: Vec<&str> = self
+            .key
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(["attempt", "delay", "error", "dead", extra_name])
+            .collect();
+        format!(
+            "UPDATE {t} q SET
+    {due} = now() + make_interval(secs => i.delay),
+    locked_until = NULL,
+    last_error = i.error,
+    dead_at = CASE WHEN i.dead THEN now() END,
+    {extra_set}
+FROM UNNEST({inputs}) AS i({names})
+WHERE {imatch} AND q.attempts = i.attempt
+RETURNING {qkeys}, q.attempts",
+            t = self.table,
+            due = self.due,
+            inputs = inputs.join(", "),
+            names = names.join(", "),
+            imatch = self.key_match("q", "i"),
+            qkeys = self.keys("q"),
+        )
+    }
+
+    /// The assignments that put a row back in line with a fresh retry
+    /// budget, on the alias `q`: the fencing token is never lowered, the
+    /// budget starts where it stands.
+    pub fn requeue_set(&self) -> String {
+        format!(
+            "dead_at = NULL, attempts_base = q.attempts, {} = now()",
+            self.due
+        )
+    }
+}
+
+/// What every claimed row carries, whatever its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// This claim's number (1 for the first claim ever): the fencing token.
+    pub attempt: i32,
+    /// Claims counted against the current retry budget, this one included.
+    pub budget_used: i32,
+    /// Taken over from a holder whose lease ran out without a recorded
+    /// outcome.
+    pub reclaimed: bool,
+}
+
+impl Claim {
+    /// Reads the claim columns of a row the claim statement returned.
+    pub(super) fn of(row: &Row) -> Self {
+        let claim = Self {
+            attempt: row.get("attempts"),
+            budget_used: row.get("budget_used"),
+            reclaimed: row.get("reclaimed"),
+        };
+        assert!(
+            row.get::<_, bool>("leased"),
+            "a lease is granted in the future"
+        );
+        assert!(
+            claim.budget_used >= 1 && claim.budget_used <= claim.attempt,
+            "a claim counts against its budget, which lies within the claims: {claim:?}"
+        );
+        claim
+    }
+}
+
+/// Claims up to `limit` rows for `lease` with a statement built by
+/// [`QueueTable::claim_sql`]; `shares` holds, per fair column, what one
+/// group may hold at once.
+pub(super) async fn claim<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    limit: i64,
+    lease: Duration,
+    shares: &[i64],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    assert!(limit > 0, "a claim asks for at least one row");
+    assert!(!lease.is_zero(), "a lease lasts");
+    assert!(shares.iter().all(|s| *s > 0), "every group may hold a row");
+    let stmt = client.prepare_cached(sql).await?;
+    let lease = lease.as_secs_f64();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit, &lease];
+    params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+    let rows = client.query(&stmt, &params).await?;
+    assert!(
+        rows.len() as i64 <= limit,
+        "a claim never returns more than its limit"
+    );
+    Ok(rows)
+}
+
+/// The retries and dead letters of a batch, one array per input column of
+/// [`QueueTable::reschedule_sql`] after the key.
+#[derive(Debug, Default)]
+pub(super) struct Reschedule<'a, E> {
+    pub attempt: Vec<i32>,
+    pub delay: Vec<f64>,
+    pub error: Vec<&'a str>,
+    pub dead: Vec<bool>,
+    pub extra: Vec<E>,
+}
+
+impl<'a, E: ToSql + Sync> Reschedule<'a, E> {
+    /// Adds a row: `delay` before it is due again, or dead with `None`.
+    pub fn push(&mut self, attempt: i32, delay: Option<Duration>, error: &'a str, extra: E) {
+        self.attempt.push(attempt);
+        self.delay.push(delay.map_or(0.0, |d| d.as_secs_f64()));
+        self.dead.push(delay.is_none());
+        self.error.push(error);
+        self.extra.push(extra);
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.attempt.len()
+    }
+
+    /// Writes them (after the key columns `keys`); returns the rows still
+    /// held, each with its key and `attempts`.
+    pub async fn run<C: GenericClient>(
+        &self,
+        client: &C,
+        sql: &str,
+        keys: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if self.attempt.is_empty() {
+            return Ok(Vec::new());
+        }
+        let stmt = client.prepare_cached(sql).await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = keys.to_vec();
+        params.extend([
+            &self.attempt as &(dyn ToSql + Sync),
+            &self.delay,
+            &self.error,
+            &self.dead,
+            &self.extra,
+        ]);
+        let rows = client.query(&stmt, &params).await?;
+        assert!(rows.len() <= self.len(), "a row is settled at most once");
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::outbox::OUTBOX;
+    use super::super::webhooks::DELIVERIES;
+
+    #[test]
+    fn every_queue_claims_with_skip_locked_and_settles_fenced() {
+        for q in [&OUTBOX, &DELIVERIES] {
+            let claim = q.claim_sql();
+            assert!(
+                claim.contains("FOR UPDATE SKIP LOCKED")
+                    || claim.contains("FOR UPDATE OF q SKIP LOCKED")
+            );
+            assert!(claim.contains("attempts = q.attempts + 1"), "{claim}");
+            assert!(
+                claim.contains("q.locked_until IS NOT NULL AS reclaimed"),
+                "{claim}"
+            );
+            let reschedule = q.reschedule_sql();
+            assert!(
+                reschedule.contains("AND q.attempts = i.attempt"),
+                "{reschedule}"
+            );
+            assert!(reschedule.contains("locked_until = NULL"), "{reschedule}");
+        }
+        // Only the fair queue counts what each group holds.
+        assert!(!OUTBOX.claim_sql().contains("busy"));
+        assert!(DELIVERIES.claim_sql().contains("PARTITION BY c.grp_0"));
+        assert!(DELIVERIES.claim_sql().contains("PARTITION BY c.grp_1"));
+        // The outbox records a takeover as ambiguity.
+        assert!(OUTBOX
+            .claim_sql()
+            .contains("ambiguous = q.ambiguous OR due.reclaimed"));
+    }
+}

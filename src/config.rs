@@ -172,14 +172,19 @@ pub struct ServeConfig {
     /// past it the connection is closed (`408`).
     #[arg(long, env = "PAYRAIL_CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub client_request_timeout: Duration,
-    /// How often the reaper deletes expired idempotency keys.
-    #[arg(long, env = "PAYRAIL_REAPER_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    /// How often the reaper deletes expired idempotency keys, old events
+    /// and endpoints deleted past --event-retention.
+    #[arg(long, env = "PAYRAIL_REAPER_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,
-    /// Most key rows the reaper deletes per statement.
-    #[arg(long, env = "PAYRAIL_REAPER_BATCH", default_value_t = 1000)]
+    /// Most rows the reaper deletes per statement.
+    #[arg(long, env = "PAYRAIL_REAPER_BATCH", default_value_t = 5000)]
     pub reaper_batch: i64,
-    /// Most reaper statements per tick, so one tick cannot hog the database.
-    #[arg(long, env = "PAYRAIL_REAPER_BATCHES_PER_TICK", default_value_t = 100)]
+    /// Most reaper statements per tick and table, so one tick cannot hog
+    /// the database. With the defaults the reaper deletes at most 1 000 000
+    /// keys per 10 s tick: 100 000 keys/s, five times the peak create rate
+    /// measured on 2 cores. A tick ends early once a statement finds fewer
+    /// rows than its batch.
+    #[arg(long, env = "PAYRAIL_REAPER_BATCHES_PER_TICK", default_value_t = 200)]
     pub reaper_batches_per_tick: usize,
     /// On SIGTERM, how long the relay may take to finish the provider calls
     /// in flight and record their outcomes before the process exits (it

@@ -1,6 +1,7 @@
-//! The reaper actor: deletes idempotency-key rows past `--key-retention`
-//! and finished webhook events past `--event-retention`, in bounded
-//! batches. Correctness never depends on it (an expired key row is replaced
+//! The reaper actor: deletes idempotency-key rows past `--key-retention`,
+//! finished webhook events past `--event-retention` and endpoints deleted
+//! longer ago than that, in bounded batches, and reports how far behind it
+//! is (`payrail_reaper_expired_keys`, `..._oldest_age_seconds`). Correctness never depends on it (an expired key row is replaced
 //! by the next write of its key; an event is only deleted once nothing is
 //! left to deliver); it keeps those tables from growing forever.
 
@@ -11,6 +12,10 @@ use actix::prelude::*;
 
 use crate::domain::webhook::event_id_floor;
 use crate::store::{Store, StoreError};
+
+/// The expired-key backlog is counted up to this many rows: past it the
+/// figure only says "at least", and stays cheap to read.
+const EXPIRED_COUNT_MAX: i64 = 1_000_000;
 
 /// Bounds of the reaper.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +64,26 @@ impl Reaper {
                 store.delete_old_events(before, batch)
             })
             .await;
+            let gone_before = chrono::Utc::now()
+                - chrono::Duration::from_std(limits.event_retention)
+                    .expect("the retention was checked at start-up");
+            let endpoints = reap(limits, "deleted webhook endpoints", |batch| {
+                store.purge_deleted_endpoints(gone_before, batch)
+            })
+            .await;
+            if endpoints > 0 {
+                tracing::info!(
+                    endpoints,
+                    "purged webhook endpoints deleted past the retention"
+                );
+            }
+            match store.expired_key_backlog(EXPIRED_COUNT_MAX).await {
+                Ok((count, oldest)) => {
+                    metrics::gauge!("payrail_reaper_expired_keys").set(count as f64);
+                    metrics::gauge!("payrail_reaper_expired_keys_oldest_age_seconds").set(oldest);
+                }
+                Err(e) => tracing::warn!(error = %e, "reading the expired key backlog failed"),
+            }
             (keys, events)
         };
         ctx.spawn(work.into_actor(self).map(|(keys, events), reaper, _| {

@@ -669,3 +669,50 @@ async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries(
         hanging.arrivals().len()
     );
 }
+
+#[actix_web::test]
+async fn a_deleted_endpoint_is_purged_once_its_events_are_past_retention() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let mut flags = webhook_flags(&sim.url(), "300ms", "3s");
+    flags.extend(["--event-retention", "1s"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let app = spawn_app_with(&fresh_database().await, &flags).await;
+    let receiver = Receiver::start(Mode::Status(204), Duration::ZERO).await;
+    let (gone, _) = register(&app, &receiver.url).await;
+    let (kept, _) = register(&app, &receiver.url).await;
+    create_transfer(&app, "acc_bob").await;
+    wait_for("both deliveries", Duration::from_secs(20), || async {
+        receiver.accepted().len() == 2
+    })
+    .await;
+    let res = app
+        .http
+        .delete(format!("{}/webhook_endpoints/{gone}", app.address))
+        .bearer_auth(&app.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.count("webhook_endpoints").await,
+        2,
+        "kept until its events go"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.reaper.send(payrail::reaper::ReapNow).await.unwrap();
+    wait_for(
+        "the deleted endpoint to be purged",
+        Duration::from_secs(10),
+        || async { app.count("webhook_endpoints").await == 1 },
+    )
+    .await;
+    let left: uuid::Uuid = app
+        .db()
+        .await
+        .query_one("SELECT id FROM webhook_endpoints", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left.to_string(), kept);
+}

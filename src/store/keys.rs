@@ -153,9 +153,19 @@ JOIN UNNEST($1::uuid[], $2::text[]) AS i(client_id, key) USING (client_id, key)
 WHERE k.expires_at > now()";
 
 /// Deletes one bounded batch of expired key rows.
+/// Oldest first, by the expiry index. By `ctid`: a row replaced meanwhile
+/// (its key written again after it expired) has a new one and is kept.
 const DELETE_EXPIRED: &str = "
 DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT $1))";
+    SELECT ctid FROM idempotency_keys WHERE expires_at <= now() ORDER BY expires_at LIMIT $1))";
+
+/// How far the reaper is behind: expired rows (counted up to `$1`, so the
+/// figure stays cheap however far behind it is) and the age of the oldest,
+/// both by the expiry index.
+const EXPIRED_BACKLOG: &str = "
+SELECT (SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE expires_at <= now() LIMIT $1) e),
+       COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(expires_at) FROM idempotency_keys
+                                            WHERE expires_at <= now()))::float8, 0)";
 
 impl Store {
     /// Writes a batch of new keys in one transaction and says, per write and
@@ -290,6 +300,17 @@ impl Store {
         self.with_client(|client| async move {
             let stmt = client.prepare_cached(DELETE_EXPIRED).await?;
             Ok(client.execute(&stmt, &[&batch]).await?)
+        })
+        .await
+    }
+
+    /// Expired key rows not yet deleted (counted up to `count_max`) and the
+    /// age of the oldest in seconds (0 when none is).
+    pub async fn expired_key_backlog(&self, count_max: i64) -> Result<(i64, f64), StoreError> {
+        self.with_client(|client| async move {
+            let stmt = client.prepare_cached(EXPIRED_BACKLOG).await?;
+            let row = client.query_one(&stmt, &[&count_max]).await?;
+            Ok((row.get(0), row.get(1)))
         })
         .await
     }

@@ -573,6 +573,29 @@ impl Store {
         .await
     }
 
+    /// Deletes up to `batch` endpoints deleted before `before` that no
+    /// delivery record names any more (their events were reaped first);
+    /// returns how many went.
+    pub async fn purge_deleted_endpoints(
+        &self,
+        before: DateTime<Utc>,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        self.with_client(|conn| async move {
+            Ok(conn
+                .execute(
+                    "DELETE FROM webhook_endpoints WHERE id = ANY(ARRAY( \
+                       SELECT ep.id FROM webhook_endpoints ep \
+                       WHERE ep.deleted_at < $1 \
+                         AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = ep.id) \
+                       LIMIT $2))",
+                    &[&before, &batch],
+                )
+                .await?)
+        })
+        .await
+    }
+
     /// Deletes up to `batch` events made before `before` whose deliveries
     /// are all finished (delivered or dead), with those delivery records;
     /// returns how many events went.

@@ -164,3 +164,62 @@ async fn a_revoked_key_is_refused_at_once_by_every_process() {
         "revoked once"
     );
 }
+
+#[actix_web::test]
+async fn an_acknowledgement_counts_only_for_the_listener_that_sent_it() {
+    let app = spawn_app().await;
+    let db = app.db().await;
+    // A listener that hears revocations but never applies or acknowledges
+    // them (a process stalled mid-revocation), and a stray connection that
+    // echoes every revocation on the acknowledgement channel twice.
+    let (silent, silent_conn) = tokio_postgres::connect(
+        &format!(
+            "{}?application_name=payrail-listen-payrail_revoked",
+            app.database_url
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    actix_web::rt::spawn(silent_conn);
+    silent
+        .batch_execute("LISTEN payrail_revoked")
+        .await
+        .unwrap();
+    wait_for("both listeners", Duration::from_secs(10), || async {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail-listen-payrail_revoked' \
+                 AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 2
+    })
+    .await;
+    let hash = payrail::domain::ApiKey::from_presented(&app.api_key).hash();
+    let echo = hex::encode(hash.0);
+    let stray = app.db().await;
+    let echoing = async {
+        // Until the revocation is done: the stray echo starts right away.
+        for _ in 0..40 {
+            for _ in 0..2 {
+                stray
+                    .execute("SELECT pg_notify('payrail_revoked_ack', $1)", &[&echo])
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    };
+    let (outcome, ()) = futures::join!(app.store.revoke_api_key(&hash), echoing);
+    let outcome = outcome.unwrap();
+    assert!(outcome.revoked);
+    assert_eq!(
+        (outcome.listeners, outcome.confirmed),
+        (2, 1),
+        "the silent listener never confirmed, whatever else was echoed"
+    );
+}

@@ -134,3 +134,83 @@ async fn a_known_path_with_the_wrong_method_is_405_with_allow() {
         common::assert_problem(res, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
     }
 }
+
+async fn readyz(app: &common::TestApp) -> StatusCode {
+    app.http
+        .get(format!("{}/readyz", app.address))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[actix_web::test]
+async fn readiness_stays_up_while_unknown_keys_hold_every_authentication_connection() {
+    let db = common::fresh_database().await;
+    let app = common::spawn_app_with(
+        &db,
+        &[
+            "--readyz-cache-ttl",
+            "0s",
+            "--db-timeout",
+            "3s",
+            "--auth-negative-cache-ttl",
+            "0s",
+        ],
+    )
+    .await;
+    // Every key lookup now waits on this lock, holding its connection.
+    let mut locker = app.db().await;
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let flood: Vec<_> = (0..8)
+        .map(|i| {
+            let http = app.http.clone();
+            let url = format!("{}/transfers", app.address);
+            actix_web::rt::spawn(async move {
+                http.get(url)
+                    .bearer_auth(format!("pr_unknown_{i}"))
+                    .send()
+                    .await
+                    .map(|r| r.status())
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        readyz(&app).await,
+        StatusCode::OK,
+        "readiness has a connection of its own"
+    );
+    tx.rollback().await.unwrap();
+    for f in flood {
+        let _ = f.await;
+    }
+}
+
+#[actix_web::test]
+async fn an_engine_stays_ready_on_a_newer_schema_and_not_on_an_older_one() {
+    let db = common::fresh_database().await;
+    let app = common::spawn_app_with(&db, &["--readyz-cache-ttl", "0s"]).await;
+    assert_eq!(readyz(&app).await, StatusCode::OK);
+    let conn = app.db().await;
+    // A newer engine migrated first, as in a rolling deploy.
+    conn.execute(
+        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) \
+         VALUES (9999, 'from_a_newer_build', now()::text, '0')",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(readyz(&app).await, StatusCode::OK);
+    // The database was restored from before this build's migrations.
+    conn.execute(
+        "DELETE FROM refinery_schema_history WHERE version >= (SELECT max(version) FROM refinery_schema_history WHERE version < 9999)",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(readyz(&app).await, StatusCode::SERVICE_UNAVAILABLE);
+}

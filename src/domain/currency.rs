@@ -1,8 +1,11 @@
 use std::fmt;
 
 /// Active ISO 4217 alphabetic codes (list of 2025, after ANG→XCG, SLL→SLE,
-/// ZWL→ZWG), sorted so lookup is a binary search. `XTS` (testing) and `XXX`
-/// (no currency) are left out: neither can be paid.
+/// ZWL→ZWG) that have a minor unit, sorted so lookup is a binary search.
+/// Left out: the codes whose minor unit ISO 4217 gives as "N.A.", since an
+/// amount in minor units means nothing for them: `XTS` (testing), `XXX` (no
+/// currency), the precious metals (`XAG`, `XAU`, `XPD`, `XPT`), the units of
+/// account (`XBA`, `XBB`, `XBC`, `XBD`, `XDR`, `XSU`, `XUA`).
 const ACTIVE_CODES: &[&str] = &[
     "AED", "AFN", "ALL", "AMD", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BHD",
     "BIF", "BMD", "BND", "BOB", "BOV", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF",
@@ -16,8 +19,7 @@ const ACTIVE_CODES: &[&str] = &[
     "RWF", "SAR", "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN",
     "SVC", "SYP", "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH",
     "UGX", "USD", "USN", "UYI", "UYU", "UYW", "UZS", "VED", "VES", "VND", "VUV", "WST", "XAF",
-    "XAG", "XAU", "XBA", "XBB", "XBC", "XBD", "XCD", "XCG", "XDR", "XOF", "XPD", "XPF", "XPT",
-    "XSU", "XUA", "YER", "ZAR", "ZMW", "ZWG",
+    "XCD", "XCG", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG",
 ];
 
 /// An active ISO 4217 alphabetic currency code, upper case.
@@ -57,10 +59,15 @@ mod tests {
 
     #[test]
     fn active_codes_parse_and_others_do_not() {
-        for good in ["USD", "EUR", "JPY", "XCG", "SLE"] {
+        for good in [
+            "USD", "EUR", "JPY", "XCG", "SLE", "XAF", "XOF", "XPF", "XCD",
+        ] {
             assert_eq!(Currency::parse(good).unwrap().code(), good);
         }
-        for bad in ["usd", "US", "USDD", "", "XXX", "XTS", "HRK", "ANG", "ABC"] {
+        for bad in [
+            "usd", "US", "USDD", "", "XXX", "XTS", "HRK", "ANG", "ABC", "XAU", "XAG", "XPT", "XPD",
+            "XDR", "XBA", "XBB", "XBC", "XBD", "XSU", "XUA",
+        ] {
             assert!(Currency::parse(bad).is_err(), "{bad}");
         }
     }

@@ -55,8 +55,10 @@ pub fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
+/// Everything but the global unicast space: a receiver is somebody else's
+/// public server, so any range reserved for a special purpose is refused.
 fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, _] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
@@ -66,16 +68,39 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         // 100.64.0.0/10, carrier-grade NAT: private in all but name.
         || (a == 100 && (64..128).contains(&b))
+        // 192.0.0.0/24, IETF protocol assignments.
+        || (a == 192 && b == 0 && c == 0)
+        // Documentation: 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24.
+        || (a == 192 && b == 0 && c == 2)
+        || (a == 198 && b == 51 && c == 100)
+        || (a == 203 && b == 0 && c == 113)
+        // 198.18.0.0/15, benchmarking: labs and internal test networks.
+        || (a == 198 && (b == 18 || b == 19))
+        // 240.0.0.0/4, reserved (the broadcast address is in it too).
+        || a >= 240
 }
 
 fn is_internal_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let s = ip.segments();
     ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
-        // fc00::/7 unique local, fe80::/10 link-local.
-        || (first & 0xfe00) == 0xfc00
-        || (first & 0xffc0) == 0xfe80
+        // ::/96, IPv4-compatible (deprecated): ::a.b.c.d reaches a.b.c.d
+        // on some stacks.
+        || s[..6] == [0; 6]
+        // 64:ff9b::/96 and 64:ff9b:1::/48, NAT64: a gateway turns them into
+        // any IPv4 address, internal ones included.
+        || (s[0] == 0x64 && s[1] == 0xff9b)
+        // 2002::/16 (6to4) and 2001::/32 (Teredo) carry an IPv4 address too.
+        || s[0] == 0x2002
+        || (s[0] == 0x2001 && s[1] == 0)
+        // 2001:db8::/32, documentation; 100::/64, discard.
+        || (s[0] == 0x2001 && s[1] == 0xdb8)
+        || (s[0] == 0x100 && s[1..4] == [0; 3])
+        // fc00::/7 unique local, fe80::/10 link-local, fec0::/10 site-local.
+        || (s[0] & 0xfe00) == 0xfc00
+        || (s[0] & 0xffc0) == 0xfe80
+        || (s[0] & 0xffc0) == 0xfec0
 }
 
 /// An `http` or `https` URL without credentials whose host, if it is an
@@ -376,6 +401,22 @@ mod tests {
             "http://[fe80::1]/",
             "http://[fd00::1]/",
             "http://[::ffff:127.0.0.1]/",
+            "http://[64:ff9b::a00:1]/",
+            "http://[64:ff9b::7f00:1]/",
+            "http://[64:ff9b:1::1]/",
+            "http://[::10.0.0.1]/",
+            "http://[::127.0.0.1]/",
+            "http://[::8.8.8.8]/",
+            "http://[fec0::1]/",
+            "http://[2002:a00:1::1]/",
+            "http://[2001:0:4136:e378::1]/",
+            "http://[2001:db8::1]/",
+            "http://198.18.0.1/",
+            "http://198.19.255.254/",
+            "http://192.0.0.8/",
+            "http://240.0.0.1/",
+            "http://255.255.255.254/",
+            "http://192.0.2.1/",
             "http://localhost:8080/",
             "http://api.localhost/",
         ] {
@@ -398,6 +439,8 @@ mod tests {
         }
         assert!(EndpointUrl::parse("https://hooks.example.com/payrail?x=1", public).is_ok());
         assert!(EndpointUrl::parse("http://93.184.216.34:8443/", public).is_ok());
+        assert!(EndpointUrl::parse("http://[2606:2800:220:1::1]/", public).is_ok());
+        assert!(EndpointUrl::parse("http://198.20.0.1/", public).is_ok());
     }
 
     #[test]

@@ -1,3 +1,5 @@
+use std::collections::HashSet;
+
 use uuid::Uuid;
 
 use super::notify::listener_name;
@@ -58,18 +60,22 @@ impl Store {
         let mut acks = self.subscribe(REVOKED_ACK_CHANNEL).await?;
         let (revoked, listeners) = self
             .with_client(|mut client| async move {
-                // Counted before the commit: each of them hears the
-                // notification. One that connects later clears its whole
-                // cache when it starts listening.
-                let listeners: i64 = client
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity \
+                // Named before the commit, by their backends' process ids:
+                // each of them hears the notification and acknowledges it
+                // from that same backend, so an acknowledgement counts only
+                // for the listener that sent it, and only once. One that
+                // connects later clears its whole cache when it starts
+                // listening.
+                let listeners: HashSet<i32> = client
+                    .query(
+                        "SELECT pid FROM pg_stat_activity \
                          WHERE datname = current_database() AND application_name = $1",
                         &[&listener_name(REVOKED_CHANNEL)],
                     )
                     .await?
-                    .get(0);
-                let listeners = u64::try_from(listeners).unwrap_or(0);
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
                 let tx = client.transaction().await?;
                 let n = tx
                     .execute(
@@ -85,12 +91,14 @@ impl Store {
                 Ok((n == 1, listeners))
             })
             .await?;
-        let mut confirmed = 0;
+        let mut confirmed = HashSet::new();
         if revoked {
             let wait = async {
-                while confirmed < listeners {
+                while confirmed.len() < listeners.len() {
                     match acks.recv().await {
-                        Some(heard) if heard == payload => confirmed += 1,
+                        Some((pid, heard)) if heard == payload && listeners.contains(&pid) => {
+                            confirmed.insert(pid);
+                        }
                         Some(_) => {}
                         None => break,
                     }
@@ -98,10 +106,11 @@ impl Store {
             };
             let _ = tokio::time::timeout(self.op_timeout, wait).await;
         }
+        assert!(confirmed.is_subset(&listeners));
         Ok(Revocation {
             revoked,
-            listeners,
-            confirmed,
+            listeners: listeners.len() as u64,
+            confirmed: confirmed.len() as u64,
         })
     }
 }

@@ -101,10 +101,14 @@ fn db_detail(e: &tokio_postgres::Error) -> String {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    /// A small pool of its own for who-is-calling lookups and readiness, so
-    /// that a flood of unknown API keys (or of `/readyz`) can exhaust only
-    /// it, never the connections that write transfers.
+    /// A small pool of its own for who-is-calling lookups, so that a flood
+    /// of unknown API keys can exhaust only it, never the connections that
+    /// write transfers.
     auth_pool: Pool,
+    /// One connection for readiness alone: neither a flood of unknown API
+    /// keys nor busy writers can make a healthy process look unready to
+    /// its load balancer.
+    ready_pool: Pool,
     /// For the relay's LISTEN connection, which must not come from the pool.
     pg_config: tokio_postgres::Config,
     op_timeout: Duration,
@@ -159,6 +163,7 @@ impl Store {
         Ok(Self {
             pool: build_pool(&pg, cfg.db_pool_size, cfg.db_timeout, connect_timeout)?,
             auth_pool: build_pool(&pg, cfg.auth_db_pool_size, cfg.db_timeout, connect_timeout)?,
+            ready_pool: build_pool(&pg, 1, cfg.db_timeout, connect_timeout)?,
             pg_config: pg,
             op_timeout: cfg.db_timeout,
             connect_timeout,
@@ -216,8 +221,9 @@ impl Store {
             .map_err(|_| StoreError::Timeout(self.op_timeout))?
     }
 
-    /// True when Postgres answers and the schema is the one this build expects.
+    /// True when Postgres answers and the schema is one this build can run
+    /// against.
     pub async fn is_ready(&self) -> bool {
-        matches!(self.schema_is_current().await, Ok(true))
+        matches!(self.schema_is_runnable().await, Ok(true))
     }
 }

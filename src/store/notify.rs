@@ -103,12 +103,13 @@ impl Store {
     }
 
     /// A short-lived subscription: LISTEN is in effect when this returns, and
-    /// payloads arrive on the receiver (at most `SUBSCRIPTION_BUFFER` unread)
-    /// until it is dropped or the connection breaks.
+    /// notifications arrive on the receiver (at most `SUBSCRIPTION_BUFFER`
+    /// unread) until it is dropped or the connection breaks, each as the
+    /// sending backend's process id and the payload.
     pub async fn subscribe(
         &self,
         channel: &'static str,
-    ) -> Result<tokio::sync::mpsc::Receiver<String>, StoreError> {
+    ) -> Result<tokio::sync::mpsc::Receiver<(i32, String)>, StoreError> {
         let (client, mut connection) = self.connect_own(&self.pg_config).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(SUBSCRIPTION_BUFFER);
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -133,7 +134,11 @@ impl Store {
             let _client = client;
             while let Some(Ok(message)) = messages.next().await {
                 if let AsyncMessage::Notification(n) = message {
-                    if tx.send(n.payload().to_owned()).await.is_err() {
+                    if tx
+                        .send((n.process_id(), n.payload().to_owned()))
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                 }

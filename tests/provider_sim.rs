@@ -32,6 +32,7 @@ fn provider(sim: &SimServer) -> HttpProvider {
 fn payout(destination: &str) -> Payout {
     Payout {
         transfer_id: Uuid::new_v4(),
+        account_owner: Uuid::from_u128(1),
         amount: 1500,
         currency: "JPY".into(),
         source_account: "acc_src".into(),
@@ -140,12 +141,12 @@ async fn replay_is_byte_identical_and_marked() {
             .send()
     };
     let body = format!(
-        r#"{{"transfer_id":"{}","amount":1500,"currency":"JPY","source_account":"acc_src","destination_account":"acc_dst"}}"#,
+        r#"{{"transfer_id":"{}","account_owner":"00000000-0000-0000-0000-000000000001","amount":1500,"currency":"JPY","source_account":"acc_src","destination_account":"acc_dst"}}"#,
         p.transfer_id
     );
     // Same fields, different key order and whitespace: still the same body.
     let reordered = format!(
-        r#"{{ "destination_account": "acc_dst", "source_account": "acc_src", "currency": "JPY", "amount": 1500, "transfer_id": "{}" }}"#,
+        r#"{{ "destination_account": "acc_dst", "source_account": "acc_src", "currency": "JPY", "amount": 1500, "account_owner": "00000000-0000-0000-0000-000000000001", "transfer_id": "{}" }}"#,
         p.transfer_id
     );
     let a = send(body).await.unwrap();
@@ -256,7 +257,7 @@ async fn ambiguous_drop_is_an_error_not_a_2xx_for_a_plain_client() {
         .header("Idempotency-Key", p.transfer_id.to_string())
         .json(&serde_json::json!({
             "transfer_id": p.transfer_id, "amount": 1, "currency": "JPY",
-            "source_account": "a", "destination_account": "b",
+            "source_account": "a", "destination_account": "b", "account_owner": uuid::Uuid::nil(),
         }))
         .send()
         .await;
@@ -341,7 +342,7 @@ async fn bad_requests_are_rejected_and_store_nothing() {
     let id = Uuid::new_v4();
     let good = serde_json::json!({
         "transfer_id": id, "amount": 1, "currency": "JPY",
-        "source_account": "a", "destination_account": "b",
+        "source_account": "a", "destination_account": "b", "account_owner": uuid::Uuid::nil(),
     });
     let post = |key: Option<String>, body: serde_json::Value| {
         let mut r = client.post(&url).json(&body);
@@ -362,13 +363,13 @@ async fn bad_requests_are_rejected_and_store_nothing() {
         (
             Some(id.to_string()),
             serde_json::json!({"transfer_id": id, "amount": 0, "currency": "JPY",
-                "source_account": "a", "destination_account": "b"}),
+                "source_account": "a", "destination_account": "b", "account_owner": uuid::Uuid::nil()}),
             422,
         ),
         (
             Some(id.to_string()),
             serde_json::json!({"transfer_id": id, "amount": 1, "currency": "JPY",
-                "source_account": "a", "destination_account": "b", "extra": 1}),
+                "source_account": "a", "destination_account": "b", "account_owner": uuid::Uuid::nil(), "extra": 1}),
             422,
         ),
     ];

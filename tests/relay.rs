@@ -417,3 +417,42 @@ async fn rows_held_by_a_killed_process_are_taken_over_after_the_lease() {
         assert!(&rescuer.transfer(&id).await["provider_reference"].is_string());
     }
 }
+
+#[actix_web::test]
+async fn every_payout_names_its_owner_so_no_client_debits_anothers_account() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
+    // Both clients name the same source account.
+    let mine = app.create_transfers(1, &transfer_body()).await.remove(0);
+    let other_key = app.other_client().await;
+    let theirs = common::create_via(&app.address, &other_key).await;
+    let other_client: uuid::Uuid = app
+        .db()
+        .await
+        .query_one(
+            "SELECT client_id FROM transfers WHERE id = $1::text::uuid",
+            &[&theirs],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(other_client, app.client_id);
+    wait_for("both to succeed", Duration::from_secs(20), || async {
+        app.count_status("succeeded").await == 2
+    })
+    .await;
+    for (id, owner) in [(&mine, app.client_id), (&theirs, other_client)] {
+        let record: Value = reqwest::get(format!("{}/payouts/{id}", sim.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(record["source_account"], "acc_alice");
+        assert_eq!(
+            record["account_owner"],
+            owner.to_string(),
+            "the provider debits acc_alice of the client that created the transfer"
+        );
+    }
+}

@@ -294,6 +294,7 @@ pub(crate) fn describe_transport_error(err: &reqwest::Error) -> String {
 #[derive(Debug, Serialize)]
 struct PayoutRequestBody<'a> {
     transfer_id: Uuid,
+    account_owner: Uuid,
     amount: i64,
     currency: &'a str,
     source_account: &'a str,
@@ -304,6 +305,7 @@ impl<'a> From<&'a Payout> for PayoutRequestBody<'a> {
     fn from(p: &'a Payout) -> Self {
         Self {
             transfer_id: p.transfer_id,
+            account_owner: p.account_owner,
             amount: p.amount,
             currency: &p.currency,
             source_account: &p.source_account,
@@ -808,6 +810,7 @@ mod tests {
     fn request_body_has_the_spec_fields() {
         let payout = Payout {
             transfer_id: Uuid::nil(),
+            account_owner: Uuid::from_u128(7),
             amount: 1500,
             currency: "JPY".into(),
             source_account: "acc_a".into(),
@@ -818,6 +821,7 @@ mod tests {
             v,
             serde_json::json!({
                 "transfer_id": "00000000-0000-0000-0000-000000000000",
+                "account_owner": "00000000-0000-0000-0000-000000000007",
                 "amount": 1500,
                 "currency": "JPY",
                 "source_account": "acc_a",

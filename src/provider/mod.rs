@@ -15,6 +15,11 @@ use uuid::Uuid;
 pub struct Payout {
     /// The transfer id, sent as the provider's `Idempotency-Key`.
     pub transfer_id: Uuid,
+    /// The client that created the transfer. Accounts are scoped by it at
+    /// the provider (as Stripe Connect scopes them by `Stripe-Account`): the
+    /// accounts a payout names are this client's, so no client can debit
+    /// another's account, whatever id it names.
+    pub account_owner: Uuid,
     /// Amount in the currency's minor units.
     pub amount: i64,
     /// ISO 4217 alphabetic code.

@@ -592,6 +592,7 @@ mod tests {
         ClaimedRow {
             payout: Payout {
                 transfer_id: uuid::Uuid::nil(),
+                account_owner: uuid::Uuid::nil(),
                 amount: 1,
                 currency: "USD".into(),
                 source_account: "a".into(),

@@ -394,6 +394,7 @@ fn claimed_row(write: &KeyWrite) -> ClaimedRow {
     ClaimedRow {
         payout: Payout {
             transfer_id: write.transfer.id,
+            account_owner: write.transfer.client_id.0,
             amount: r.amount.minor_units(),
             currency: r.currency.code().to_owned(),
             source_account: r.source_account.as_str().to_owned(),

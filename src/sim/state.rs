@@ -157,6 +157,7 @@ mod tests {
     fn request(id: Uuid, amount: i64) -> PayoutRequest {
         PayoutRequest {
             transfer_id: id,
+            account_owner: Uuid::nil(),
             amount,
             currency: "JPY".into(),
             source_account: "a".into(),

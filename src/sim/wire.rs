@@ -18,6 +18,10 @@ pub const MAX_ACCOUNT_LEN: usize = 64;
 pub struct PayoutRequest {
     /// The business id; must equal the `Idempotency-Key`.
     pub transfer_id: Uuid,
+    /// Whose accounts these are: the sim, like a provider with connected
+    /// accounts, debits and credits `source_account` and
+    /// `destination_account` within this owner's scope, never another's.
+    pub account_owner: Uuid,
     /// Minor units, at least 1.
     pub amount: i64,
     /// Three upper-case ASCII letters.

@@ -126,7 +126,7 @@ pub const OUTBOX: QueueTable = QueueTable {
     claim_returns: ", q.ambiguous",
     fair_by: &[],
     payload: "SELECT c.transfer_id, c.attempts, c.budget_used, c.reclaimed, c.leased, c.ambiguous,
-       t.amount, t.currency, t.source_account, t.destination_account
+       t.client_id, t.amount, t.currency, t.source_account, t.destination_account
 FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
     reschedule_extra: (
         "ambiguous",
@@ -179,6 +179,7 @@ impl Store {
                     ClaimedRow {
                         payout: Payout {
                             transfer_id: r.get("transfer_id"),
+                            account_owner: r.get("client_id"),
                             amount: r.get("amount"),
                             currency: r.get("currency"),
                             source_account: r.get("source_account"),

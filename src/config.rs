@@ -360,6 +360,8 @@ impl ServeConfig {
                     .into(),
             );
         }
+        // A delivery attempt must end before its lease, so that no takeover
+        // overlaps it (the delivery worker's call window).
         if self.webhooks.webhook_lease <= self.webhooks.webhook_timeout + self.database.db_timeout {
             return Err(
                 "--webhook-lease must be longer than --webhook-timeout plus --db-timeout".into(),

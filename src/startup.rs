@@ -12,11 +12,13 @@ use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::domain::webhook::AddressPolicy;
 use crate::provider::http::HttpProvider;
+use crate::queue::worker::{Drain, Worker};
 use crate::reaper::{Reaper, ReaperLimits};
-use crate::relay::{Drain, Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
+use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
+use crate::webhook::delivery::DeliveryWork;
 use crate::webhook::sender::Sender;
 use crate::webhook::WebhookLimits;
 
@@ -31,6 +33,8 @@ pub struct Application {
     arbiters: Vec<Arbiter>,
     /// The relay, drained when the server stops.
     relay: Option<Addr<Relay>>,
+    /// The webhook delivery worker, drained after the relay.
+    deliveries: Option<Addr<Worker<DeliveryWork>>>,
     /// `--shutdown-grace`.
     shutdown_grace: std::time::Duration,
 }
@@ -65,12 +69,14 @@ impl Application {
                 )?);
                 let limits = RelayLimits::from(&config);
                 let relay_arbiter = Arbiter::new();
-                let relay_store = store.clone();
                 let count = Arc::new(HandoffCount::default());
-                let relay_count = count.clone();
-                let relay = Relay::start_in_arbiter(&relay_arbiter.handle(), move |_| {
-                    Relay::new(relay_store, provider, limits, relay_count)
-                });
+                let relay = crate::relay::start(
+                    &relay_arbiter,
+                    store.clone(),
+                    provider,
+                    limits,
+                    count.clone(),
+                );
                 arbiters.push(relay_arbiter);
                 relay_addr = Some(relay.clone());
                 Some(Handoff::new(relay, count, r.relay_queue, r.relay_lease))
@@ -112,11 +118,13 @@ impl Application {
         let sender = Sender::new(w.webhook_timeout, policy, w.webhook_response_bytes)?;
         let webhook_limits = WebhookLimits::from(&config);
         let webhook_arbiter = Arbiter::new();
-        webhook_arbiter.spawn(crate::webhook::delivery::run(
+        let deliveries = crate::webhook::delivery::start(
+            &webhook_arbiter,
             store.clone(),
             sender,
             webhook_limits,
-        ));
+            config.database.db_timeout,
+        );
         arbiters.push(webhook_arbiter);
 
         let reaper_arbiter = Arbiter::new();
@@ -188,6 +196,7 @@ impl Application {
             store,
             arbiters,
             relay: relay_addr,
+            deliveries: Some(deliveries),
             shutdown_grace: config.shutdown_grace,
         })
     }
@@ -220,14 +229,28 @@ impl Application {
             Some(server) => server.await,
             None => Ok(()),
         };
-        if let Some(relay) = self.relay.take() {
-            match tokio::time::timeout(self.shutdown_grace, relay.send(Drain)).await {
-                Ok(_) => tracing::info!("relay drained: every call in flight was recorded"),
-                Err(_) => tracing::warn!(
-                    grace = ?self.shutdown_grace,
-                    "relay not drained within --shutdown-grace; rows still held are taken over after their leases and looked up first"
-                ),
+        // The relay first: its settlements write the events the delivery
+        // worker sends. Both within one grace.
+        let relay = self.relay.take();
+        let deliveries = self.deliveries.take();
+        let drain = async move {
+            if let Some(relay) = relay {
+                let _ = relay.send(Drain).await;
+                tracing::info!("relay drained: every call in flight was recorded");
             }
+            if let Some(deliveries) = deliveries {
+                let _ = deliveries.send(Drain).await;
+                tracing::info!("webhook deliveries drained");
+            }
+        };
+        if tokio::time::timeout(self.shutdown_grace, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace = ?self.shutdown_grace,
+                "not drained within --shutdown-grace; rows still held are taken over after their leases (outbox rows are looked up first)"
+            );
         }
         served
     }

@@ -122,33 +122,48 @@ fn describe_metrics() {
         Unit::Seconds,
         "Age of the oldest outbox row that is due now"
     );
-    describe_gauge!("payrail_relay_held_rows", "Outbox rows this process's relay holds: waiting for a call, in a call, or waiting for settlement");
-    describe_counter!(
-        "payrail_relay_handed_off_total",
-        "Outbox rows handed from a flush to this process's relay in memory"
+    describe_gauge!(
+        "payrail_queue_held_rows",
+        "Rows a queue's worker in this process holds: waiting for a slot, being worked on, or waiting for settlement, by queue (outbox, webhooks)"
     );
     describe_counter!(
-        "payrail_relay_claims_expired_total",
-        "Claimed rows left to their lease because they were too old to call safely"
+        "payrail_queue_handed_over_total",
+        "Rows handed to a queue's worker in memory by the code that claimed them (a flush), by queue"
     );
-    describe_histogram!("payrail_relay_claim_size", "Rows per outbox claim");
+    describe_counter!(
+        "payrail_queue_claims_expired_total",
+        "Claimed rows left to their lease because they were too old to start safely, by queue"
+    );
+    describe_histogram!("payrail_queue_claim_size", "Rows per claim, by queue");
     describe_counter!(
         "payrail_relay_wakeups_total",
         "NOTIFYs sent to wake the relays after flushes wrote rows none of them claimed"
     );
     describe_histogram!(
-        "payrail_relay_settle_batch_size",
-        "Provider outcomes settled per transaction"
+        "payrail_queue_settle_batch_size",
+        "Outcomes settled per transaction, by queue"
     );
     describe_histogram!(
-        "payrail_relay_settle_seconds",
+        "payrail_queue_settle_seconds",
         Unit::Seconds,
-        "Duration of a settlement batch"
+        "Duration of a settlement batch, by queue"
     );
-    describe_counter!("payrail_relay_settle_failures_total", "Outcomes Postgres refused to settle even alone (rescheduled, counted against the attempt limit)");
+    describe_counter!(
+        "payrail_queue_settle_failures_total",
+        "Outcomes Postgres refused to settle even alone (rescheduled, counted against the retry budget), by queue"
+    );
+    describe_gauge!(
+        "payrail_reaper_expired_keys",
+        "Expired idempotency keys not yet deleted (counted up to 1 000 000)"
+    );
+    describe_gauge!(
+        "payrail_reaper_expired_keys_oldest_age_seconds",
+        Unit::Seconds,
+        "How long ago the oldest idempotency key not yet deleted expired"
+    );
     describe_counter!(
         "payrail_provider_calls_total",
-        "Provider calls, by outcome (succeeded, declined, transient, permanent)"
+        "Provider calls, by outcome (succeeded, declined, transient, permanent, misconfigured)"
     );
     describe_histogram!(
         "payrail_provider_call_seconds",
@@ -157,7 +172,7 @@ fn describe_metrics() {
     );
     describe_counter!(
         "payrail_provider_lookups_total",
-        "GET /payouts/{id} lookups made to reconcile an ambiguous payout"
+        "GET /payouts/{id} lookups made before posting an ambiguous payout again, by outcome (found, not_found, unknown)"
     );
     describe_counter!(
         "payrail_reaped_keys_total",
@@ -188,9 +203,5 @@ fn describe_metrics() {
         "payrail_webhook_delivery_seconds",
         Unit::Seconds,
         "Duration of one webhook delivery attempt"
-    );
-    describe_histogram!(
-        "payrail_webhook_settle_batch_size",
-        "Delivery attempts settled in one transaction"
     );
 }

@@ -108,7 +108,8 @@ async fn a_permanent_provider_error_fails_the_transfer() {
     let res = reqwest::Client::new()
         .post(format!("{}/payouts", sim.url()))
         .header("Idempotency-Key", &id)
-        .json(&json!({"transfer_id": id, "amount": 1, "currency": "USD",
+        .json(&json!({"transfer_id": id, "account_owner": quiet.client_id,
+                      "amount": 1, "currency": "USD",
                       "source_account": "x", "destination_account": "y"}))
         .send()
         .await

@@ -137,10 +137,13 @@ async fn a_flood_of_unknown_api_keys_takes_no_connection_that_writes_transfers()
     );
 
     // The unknown keys were looked up on the authentication pool (1
-    // connection) only; the write pool did not grow to serve them.
+    // connection) only; the write pool did not grow to serve them. Two
+    // more are the background's: the webhook worker may claim and read its
+    // backlog at the same moment (64 callers on the write pool would have
+    // opened all 8).
     let after = payrail_connections(&app).await;
     assert!(
-        after <= before + 1,
+        after <= before + 2,
         "connections grew from {before} to {after}"
     );
 }

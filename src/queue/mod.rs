@@ -3,8 +3,11 @@
 //! claims with a lease, works on, and settles: done, due again after a
 //! backoff, or dead once its retry budget is spent. Their SQL is one set of
 //! statements built per table (`store::queue`); when a failed row is due
-//! again is one [`RetryPolicy`] (this module).
+//! again is one [`RetryPolicy`]; how rows are claimed, worked on, settled
+//! and drained is one [`worker::Worker`], each queue saying only what its
+//! work is ([`worker::Work`]).
 
 pub mod backoff;
+pub mod worker;
 
 pub use backoff::{Backoff, RetryPolicy};

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 
-use super::actor::{Deliver, Relay};
+use super::Relay;
+use crate::queue::worker::{Deliver, HeldCount};
 use crate::store::outbox::ClaimedRow;
 
 /// Count of rows handed over (or reserved for a flush in flight) and not yet
@@ -44,6 +45,12 @@ impl HandoffCount {
     pub fn release(&self, n: usize) {
         let before = self.0.fetch_sub(n, Ordering::AcqRel);
         assert!(before >= n, "released more handed-off rows than were held");
+    }
+}
+
+impl HeldCount for HandoffCount {
+    fn release(&self, n: usize) {
+        HandoffCount::release(self, n);
     }
 }
 
@@ -101,6 +108,9 @@ impl Handoff {
         // `do_send` ignores the mailbox bound on purpose: the rows are already
         // counted against `--relay-queue`, which is the real bound, and a
         // refused message would leave them idle until their lease ran out.
+        for row in &rows {
+            assert_eq!(row.attempt, 1, "a flush claims a row's first attempt");
+        }
         self.relay.do_send(Deliver { rows, claimed_at });
     }
 }

@@ -2,25 +2,51 @@
 //! each transfer under its id, until the transfer is final. Outcomes are
 //! settled in batches (one transaction for many rows).
 
-mod actor;
 mod handoff;
 mod nudge;
+mod work;
 
-pub use actor::{Deliver, Drain, Relay, Wake};
 pub use handoff::{Handoff, HandoffCount};
 pub use nudge::RelayNudge;
+pub use work::OutboxWork;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::ServeConfig;
-use crate::queue::RetryPolicy;
+use actix::{Actor, Addr, Arbiter};
 
-/// A whole settlement batch is tried this often when Postgres fails as a
-/// whole (right after a restart the pool may hand out a dead connection)
-/// before the rows are left to their leases.
-pub const SETTLE_TRIES_MAX: u32 = 3;
-/// Pause between those tries.
-pub const SETTLE_RETRY_DELAY: Duration = Duration::from_millis(200);
+use crate::config::ServeConfig;
+use crate::provider::Provider;
+use crate::queue::worker::{settle_bound, Worker, WorkerLimits};
+use crate::queue::RetryPolicy;
+use crate::store::Store;
+
+/// The relay: the one queue's worker skeleton running [`OutboxWork`].
+pub type Relay = Worker<OutboxWork>;
+
+/// Starts the relay on a thread of its own, with the count of rows the
+/// shards hand it; returns its address.
+pub fn start(
+    arbiter: &Arbiter,
+    store: Store,
+    provider: Arc<dyn Provider>,
+    limits: RelayLimits,
+    handed_over: Arc<HandoffCount>,
+) -> Addr<Relay> {
+    let window = limits
+        .call_window()
+        .expect("the configuration was validated");
+    let worker_limits = WorkerLimits {
+        concurrency_max: limits.concurrency_max,
+        poll_interval: limits.poll_interval,
+        call_window: window,
+        settle_batch_max: limits.settle_batch_max,
+    };
+    Relay::start_in_arbiter(&arbiter.handle(), move |_| {
+        let work = OutboxWork::new(store.clone(), provider, limits);
+        Worker::new(work, store, worker_limits, Some(handed_over))
+    })
+}
 
 /// Bounds of the relay, from `RelayConfig`.
 #[derive(Debug, Clone, Copy)]
@@ -62,9 +88,7 @@ impl RelayLimits {
     /// starts: a lookup and a `POST`, each bounded by the provider timeout,
     /// then every try of the settlement with the pauses between them.
     pub fn call_bound(&self) -> Duration {
-        self.provider_timeout * 2
-            + self.settle_timeout * SETTLE_TRIES_MAX
-            + SETTLE_RETRY_DELAY * (SETTLE_TRIES_MAX - 1)
+        self.provider_timeout * 2 + settle_bound(self.settle_timeout)
     }
 
     /// How long after a claim a call may still start: all of

@@ -137,6 +137,7 @@ FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
 
 static CLAIM: LazyLock<String> = LazyLock::new(|| OUTBOX.claim_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| OUTBOX.reschedule_sql());
+static RELEASE: LazyLock<String> = LazyLock::new(|| OUTBOX.release_sql());
 
 /// Settles the final outcomes of a batch: deletes the rows still held under
 /// each claim's attempt (fencing), and gives their transfers the final
@@ -346,15 +347,8 @@ impl Store {
     pub async fn release_outbox(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
         let (ids, attempts): (Vec<Uuid>, Vec<i32>) = claims.iter().copied().unzip();
         self.with_client(|client| async move {
-            Ok(client
-                .execute(
-                    "UPDATE outbox q SET locked_until = NULL, available_at = now(), \
-                     attempts_base = q.attempts_base + 1 \
-                     FROM UNNEST($1::uuid[], $2::int4[]) AS i(id, attempt) \
-                     WHERE q.transfer_id = i.id AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
-                    &[&ids, &attempts],
-                )
-                .await?)
+            let stmt = client.prepare_cached(&RELEASE).await?;
+            Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
         })
         .await
     }

@@ -226,6 +226,38 @@ RETURNING {qkeys}, q.attempts",
         )
     }
 
+    /// Gives back rows claimed and never worked on (a drain): due at once
+    /// and without a lease, so the next claim does not take them for
+    /// reclaimed, and the claim is not charged to the retry budget. Each
+    /// only while still held under its claim. Inputs: the key columns, then
+    /// the claim's attempt.
+    pub fn release_sql(&self) -> String {
+        let n = self.key.len();
+        let inputs: Vec<String> = self
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
+            .chain([format!("${}::int4[]", n + 1)])
+            .collect();
+        let names: Vec<&str> = self
+            .key
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(["attempt"])
+            .collect();
+        format!(
+            "UPDATE {t} q SET locked_until = NULL, {due} = now(), attempts_base = q.attempts_base + 1
+FROM UNNEST({inputs}) AS i({names})
+WHERE {imatch} AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
+            t = self.table,
+            due = self.due,
+            inputs = inputs.join(", "),
+            names = names.join(", "),
+            imatch = self.key_match("q", "i"),
+        )
+    }
+
     /// The assignments that put a row back in line with a fresh retry
     /// budget, on the alias `q`: the fencing token is never lowered, the
     /// budget starts where it stands.
@@ -364,6 +396,8 @@ mod tests {
                 claim.contains("q.locked_until IS NOT NULL AS reclaimed"),
                 "{claim}"
             );
+            let release = q.release_sql();
+            assert!(release.contains("AND q.attempts = i.attempt"), "{release}");
             let reschedule = q.reschedule_sql();
             assert!(
                 reschedule.contains("AND q.attempts = i.attempt"),

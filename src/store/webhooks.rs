@@ -228,6 +228,7 @@ JOIN webhook_endpoints ep ON ep.id = c.endpoint_id",
 
 static CLAIM: LazyLock<String> = LazyLock::new(|| DELIVERIES.claim_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| DELIVERIES.reschedule_sql());
+static RELEASE: LazyLock<String> = LazyLock::new(|| DELIVERIES.release_sql());
 
 /// What "done" writes for a delivery: accepted, each only if still held
 /// under its claim.
@@ -647,6 +648,24 @@ impl Store {
                     })
                 })
                 .collect()
+        })
+        .await
+    }
+
+    /// Gives back deliveries claimed and never attempted (a drain); see
+    /// `QueueTable::release_sql`.
+    pub async fn release_deliveries(
+        &self,
+        claims: &[(Uuid, Uuid, i32)],
+    ) -> Result<u64, StoreError> {
+        let events: Vec<Uuid> = claims.iter().map(|c| c.0).collect();
+        let endpoints: Vec<Uuid> = claims.iter().map(|c| c.1).collect();
+        let attempts: Vec<i32> = claims.iter().map(|c| c.2).collect();
+        self.with_client(|conn| async move {
+            let stmt = conn.prepare_cached(&RELEASE).await?;
+            Ok(conn
+                .execute(&stmt, &[&events, &endpoints, &attempts])
+                .await?)
         })
         .await
     }

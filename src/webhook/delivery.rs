@@ -4,21 +4,20 @@
 //! finished together in one transaction. One slow receiver holds one slot
 //! until its timeout, never the others.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-use tokio::task::JoinSet;
+use actix::{Actor, Addr, Arbiter};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use uuid::Uuid;
 
 use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
+use crate::queue::worker::{QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
-use crate::store::Store;
-
-/// How often backlog figures are read for `/metrics`.
-const STATS_INTERVAL: Duration = Duration::from_secs(5);
+use crate::store::{Store, StoreError};
 
 /// What is recorded for an attempt.
 pub fn settlement_of(
@@ -61,71 +60,6 @@ fn outcome_label(s: &DeliverySettlement) -> &'static str {
     }
 }
 
-/// Runs the worker for as long as the future is polled.
-pub async fn run(store: Store, sender: Sender, limits: WebhookLimits) {
-    assert!(limits.concurrency_max > 0, "at least one attempt at a time");
-    let retry = limits.retry;
-    let wake = Arc::new(Notify::new());
-    let heard = wake.clone();
-    let listener = tokio::spawn(
-        store
-            .clone()
-            .listen_forever(WEBHOOK_CHANNEL, None, move |_| heard.notify_one()),
-    );
-    let _stop_listener = AbortOnDrop(listener);
-
-    let mut in_flight: JoinSet<(ClaimedDelivery, DeliverySettlement)> = JoinSet::new();
-    let mut poll = tokio::time::interval(limits.poll_interval);
-    let mut stats = tokio::time::interval(STATS_INTERVAL);
-    let mut more_due = true;
-    loop {
-        let room = limits.concurrency_max - in_flight.len();
-        if more_due && room > 0 {
-            more_due = false;
-            match store
-                .claim_deliveries(
-                    room as i64,
-                    limits.lease,
-                    limits.endpoint_in_flight_max,
-                    limits.client_in_flight_max,
-                )
-                .await
-            {
-                Ok(claimed) => {
-                    // A full claim means more are probably due.
-                    more_due = claimed.len() == room;
-                    for claim in claimed {
-                        let sender = sender.clone();
-                        in_flight.spawn(async move {
-                            let settlement = attempt(&sender, &claim, retry).await;
-                            (claim, settlement)
-                        });
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook claim failed; retrying on the next wake")
-                }
-            }
-        }
-        tokio::select! {
-            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                let mut batch = Vec::new();
-                batch.extend(done.ok());
-                while let Some(done) = in_flight.try_join_next() {
-                    batch.extend(done.ok());
-                }
-                if !batch.is_empty() {
-                    settle(&store, &batch).await;
-                }
-                more_due = true;
-            }
-            _ = wake.notified() => more_due = true,
-            _ = poll.tick() => more_due = true,
-            _ = stats.tick() => report_stats(&store).await,
-        }
-    }
-}
-
 /// One attempt, timed and counted.
 async fn attempt(
     sender: &Sender,
@@ -155,30 +89,127 @@ async fn attempt(
     settlement
 }
 
-/// Records a batch; on failure the leases run out and the deliveries are
-/// sent again (receivers deduplicate on `webhook-id`).
-async fn settle(store: &Store, batch: &[(ClaimedDelivery, DeliverySettlement)]) {
-    metrics::histogram!("payrail_webhook_settle_batch_size").record(batch.len() as f64);
-    if let Err(e) = store.settle_deliveries(batch).await {
-        tracing::warn!(batch = batch.len(), error = %e, "settling webhook deliveries failed; the leases will expire");
+/// Webhook deliveries on the one queue: each claimed delivery is one
+/// signed attempt; what it answered is recorded.
+pub struct DeliveryWork {
+    store: Store,
+    sender: Sender,
+    limits: WebhookLimits,
+}
+
+impl Work for DeliveryWork {
+    type Row = ClaimedDelivery;
+    type Outcome = DeliverySettlement;
+
+    const QUEUE: QueueName = QueueName::Webhooks;
+    const CHANNEL: &'static str = WEBHOOK_CHANNEL;
+
+    fn claim_of(row: &ClaimedDelivery) -> (Uuid, Uuid, i32) {
+        (row.event_id, row.endpoint_id, row.attempt)
+    }
+
+    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedDelivery>, StoreError>> {
+        let store = self.store.clone();
+        let l = self.limits.clone();
+        async move {
+            store
+                .claim_deliveries(
+                    limit as i64,
+                    l.lease,
+                    l.endpoint_in_flight_max,
+                    l.client_in_flight_max,
+                )
+                .await
+        }
+        .boxed()
+    }
+
+    fn work(&self, row: ClaimedDelivery) -> BoxFuture<'static, DeliverySettlement> {
+        let sender = self.sender.clone();
+        let retry = self.limits.retry;
+        async move { attempt(&sender, &row, retry).await }.boxed()
+    }
+
+    fn settle(
+        &self,
+        batch: Vec<(ClaimedDelivery, DeliverySettlement)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let store = self.store.clone();
+        async move { store.settle_deliveries(&batch).await }.boxed()
+    }
+
+    fn settle_failed(&self, row: &ClaimedDelivery, error: &StoreError) -> DeliverySettlement {
+        let error = bounded_error(&format!("settlement failed: {error}"));
+        match self.limits.retry.after_failure(row.schedule_attempt, None) {
+            Some(delay) => DeliverySettlement::Retry {
+                delay,
+                status: None,
+                error,
+            },
+            None => DeliverySettlement::Dead {
+                status: None,
+                error,
+            },
+        }
+    }
+
+    fn release(&self, rows: Vec<ClaimedDelivery>) -> BoxFuture<'static, Result<(), StoreError>> {
+        let store = self.store.clone();
+        let claims: Vec<(Uuid, Uuid, i32)> = rows.iter().map(Self::claim_of).collect();
+        async move { store.release_deliveries(&claims).await.map(|_| ()) }.boxed()
+    }
+
+    fn due_again(outcome: &DeliverySettlement) -> Option<Duration> {
+        match outcome {
+            DeliverySettlement::Retry { delay, .. } => Some(*delay),
+            _ => None,
+        }
+    }
+
+    fn report(&self) -> BoxFuture<'static, ()> {
+        let store = self.store.clone();
+        async move {
+            if let Ok(s) = store.webhook_stats().await {
+                metrics::gauge!("payrail_webhook_backlog").set(s.backlog as f64);
+                metrics::gauge!("payrail_webhook_dead").set(s.dead as f64);
+                metrics::gauge!("payrail_webhook_oldest_due_age_seconds")
+                    .set(s.oldest_due_age_secs);
+            }
+        }
+        .boxed()
     }
 }
 
-async fn report_stats(store: &Store) {
-    if let Ok(s) = store.webhook_stats().await {
-        metrics::gauge!("payrail_webhook_backlog").set(s.backlog as f64);
-        metrics::gauge!("payrail_webhook_dead").set(s.dead as f64);
-        metrics::gauge!("payrail_webhook_oldest_due_age_seconds").set(s.oldest_due_age_secs);
-    }
-}
-
-/// Stops the listener task with the worker.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// Starts the delivery worker on `arbiter`; `settle_timeout` is
+/// `--db-timeout`.
+pub fn start(
+    arbiter: &Arbiter,
+    store: Store,
+    sender: Sender,
+    limits: WebhookLimits,
+    settle_timeout: Duration,
+) -> Addr<Worker<DeliveryWork>> {
+    // An attempt started within this window ends, timeout included, before
+    // its lease does: no takeover overlaps it.
+    let call_window = limits
+        .lease
+        .checked_sub(limits.attempt_timeout + settle_timeout)
+        .filter(|w| !w.is_zero())
+        .expect("the configuration was validated");
+    let worker_limits = WorkerLimits {
+        concurrency_max: limits.concurrency_max,
+        poll_interval: limits.poll_interval,
+        call_window,
+        settle_batch_max: limits.concurrency_max,
+    };
+    Worker::start_in_arbiter(&arbiter.handle(), move |_| {
+        let work = DeliveryWork {
+            store: store.clone(),
+            sender,
+            limits,
+        };
+        Worker::new(work, store, worker_limits, None)
+    })
 }
 
 #[cfg(test)]

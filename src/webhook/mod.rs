@@ -20,6 +20,8 @@ pub struct WebhookLimits {
     pub concurrency_max: usize,
     /// How long a claimed delivery is held; longer than an attempt plus its settlement.
     pub lease: Duration,
+    /// Bound on one attempt (`--webhook-timeout`).
+    pub attempt_timeout: Duration,
     /// Fallback poll when no notification arrives.
     pub poll_interval: Duration,
     /// The schedule (scaled by `--webhook-retry-scale`; 1 in production).
@@ -36,6 +38,7 @@ impl From<&ServeConfig> for WebhookLimits {
         Self {
             concurrency_max: w.webhook_concurrency,
             lease: w.webhook_lease,
+            attempt_timeout: w.webhook_timeout,
             poll_interval: w.webhook_poll,
             retry: RetryPolicy::schedule(w.webhook_retry_scale),
             endpoint_in_flight_max: w.webhook_endpoint_in_flight_max,

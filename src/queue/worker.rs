@@ -1,0 +1,518 @@
+//! The one worker skeleton every queue runs on: the relay (provider calls)
+//! and the webhook delivery worker are each a [`Worker`] with their own
+//! [`Work`].
+//!
+//! What the skeleton does, the same for every queue:
+//! - wakes on NOTIFY of the queue's channel, on rows handed over in memory
+//!   ([`Deliver`]), on a timer when a rescheduled row falls due, and polls
+//!   as a fallback;
+//! - claims at most as many rows as it has free slots, runs at most
+//!   `concurrency_max` of them at once, and never starts one later than
+//!   `call_window` after its claim, so no takeover overlaps it;
+//! - settles outcomes in batches: while one settlement transaction runs, the
+//!   outcomes that arrive wait for the next, so batches grow with load and
+//!   add no latency when idle. A batch Postgres refuses for particular rows
+//!   is settled row by row; a row refused even alone gets the queue's
+//!   fallback outcome (counted against its budget). A batch holds one
+//!   outcome per row: an outdated claim's outcome is dropped;
+//! - drains on [`Drain`]: no new claims, rows claimed but not started go
+//!   back to the queue, the work in flight finishes and is settled;
+//! - reports the same metrics per queue, labelled `queue`.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
+
+use crate::store::{Store, StoreError};
+
+/// The queues, as the `queue` label of the workers' metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueName {
+    /// Provider calls (the relay).
+    Outbox,
+    /// Webhook deliveries.
+    Webhooks,
+}
+
+impl QueueName {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Outbox => "outbox",
+            Self::Webhooks => "webhooks",
+        }
+    }
+}
+
+/// A whole settlement batch is tried this often when Postgres fails as a
+/// whole (right after a restart the pool may hand out a dead connection)
+/// before the rows are left to their leases.
+pub const SETTLE_TRIES_MAX: u32 = 3;
+/// Pause between those tries.
+pub const SETTLE_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// How often a worker reads its queue's backlog figures for `/metrics`.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long settling one row can take at most: every try and the pauses
+/// between them, each try bounded by `settle_timeout`.
+pub fn settle_bound(settle_timeout: Duration) -> Duration {
+    settle_timeout * SETTLE_TRIES_MAX + SETTLE_RETRY_DELAY * (SETTLE_TRIES_MAX - 1)
+}
+
+/// What one queue does with its rows; the skeleton does the rest.
+pub trait Work: Unpin + 'static {
+    /// A claimed row.
+    type Row: Clone + Send + Unpin + 'static;
+    /// How working on one row ended.
+    type Outcome: Clone + Debug + Send + Unpin + 'static;
+
+    /// The queue, for metrics and logs.
+    const QUEUE: QueueName;
+    /// The channel NOTIFYed when rows fall due.
+    const CHANNEL: &'static str;
+
+    /// The row's key and claim number: one live claim per key.
+    fn claim_of(row: &Self::Row) -> (uuid::Uuid, uuid::Uuid, i32);
+    /// Claims up to `limit` due rows.
+    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<Self::Row>, StoreError>>;
+    /// Works on one row (a provider call, a delivery attempt).
+    fn work(&self, row: Self::Row) -> BoxFuture<'static, Self::Outcome>;
+    /// Records a batch in one transaction, each row fenced by its claim.
+    fn settle(
+        &self,
+        batch: Vec<(Self::Row, Self::Outcome)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// What is recorded for a row whose outcome Postgres refused to store.
+    fn settle_failed(&self, row: &Self::Row, error: &StoreError) -> Self::Outcome;
+    /// Gives rows claimed but never worked on back to the queue.
+    fn release(&self, rows: Vec<Self::Row>) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// After this outcome, when its row is due again (if it is).
+    fn due_again(outcome: &Self::Outcome) -> Option<Duration>;
+    /// Reads the queue's backlog figures into `/metrics`.
+    fn report(&self) -> BoxFuture<'static, ()>;
+}
+
+/// Bounds of a worker.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerLimits {
+    /// Rows worked on at once.
+    pub concurrency_max: usize,
+    /// Fallback poll interval.
+    pub poll_interval: Duration,
+    /// How long after its claim a row may still be started.
+    pub call_window: Duration,
+    /// Most outcomes settled in one transaction.
+    pub settle_batch_max: usize,
+}
+
+/// Rows claimed elsewhere in this process (a flush), handed over.
+pub struct Deliver<R> {
+    /// The claimed rows.
+    pub rows: Vec<R>,
+    /// No later than Postgres's claim time.
+    pub claimed_at: Instant,
+}
+
+impl<R: 'static> Message for Deliver<R> {
+    type Result = ();
+}
+
+/// "Due rows may exist": sent by the LISTEN connection. Idempotent, so a
+/// full mailbox can drop it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Wake;
+
+/// Stop claiming, give back the rows claimed but not started, let the work
+/// in flight finish and settle it; answers once nothing is held.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// Counts rows handed over in memory and not yet settled or dropped; shared
+/// with whoever hands them over, which bounds it.
+pub trait HeldCount: Send + Sync + 'static {
+    /// `n` handed-over rows left this worker.
+    fn release(&self, n: usize);
+}
+
+/// A row this worker holds, and where the claim came from.
+struct Held<R> {
+    row: R,
+    claimed_at: Instant,
+    /// Counted in the hand-over count until settled or dropped.
+    handed_over: bool,
+}
+
+/// A queue's worker: an actor on a thread of its own.
+pub struct Worker<W: Work> {
+    work: Arc<W>,
+    store: Store,
+    limits: WorkerLimits,
+    handed_over: Option<Arc<dyn HeldCount>>,
+    /// Claimed rows waiting for a slot.
+    pending: VecDeque<Held<W::Row>>,
+    in_flight: usize,
+    claiming: bool,
+    /// Rows are probably due in Postgres: claim as soon as there is room.
+    more_due: bool,
+    /// Outcomes waiting for the next settlement batch.
+    outcomes: Vec<(Held<W::Row>, W::Outcome)>,
+    settling: bool,
+    /// When a timer will next claim rows whose retry falls due.
+    wake_at: Option<Instant>,
+    draining: bool,
+    /// Give-backs of unstarted rows in flight.
+    releasing: usize,
+    drained: Vec<oneshot::Sender<()>>,
+}
+
+impl<W: Work> Worker<W> {
+    /// A worker that starts listening and polling once started;
+    /// `handed_over` counts the rows [`Deliver`]ed to it.
+    pub fn new(
+        work: W,
+        store: Store,
+        limits: WorkerLimits,
+        handed_over: Option<Arc<dyn HeldCount>>,
+    ) -> Self {
+        assert!(limits.concurrency_max > 0 && limits.settle_batch_max > 0);
+        assert!(!limits.call_window.is_zero(), "a claim leaves time to work");
+        Self {
+            work: Arc::new(work),
+            store,
+            limits,
+            handed_over,
+            pending: VecDeque::new(),
+            in_flight: 0,
+            claiming: false,
+            more_due: true,
+            outcomes: Vec::new(),
+            settling: false,
+            wake_at: None,
+            draining: false,
+            releasing: 0,
+            drained: Vec::new(),
+        }
+    }
+
+    fn queue(&self) -> &'static str {
+        W::QUEUE.as_str()
+    }
+
+    /// Claims due rows, up to the free slots.
+    fn claim(&mut self, ctx: &mut Context<Self>) {
+        if self.draining {
+            return;
+        }
+        let room = self
+            .limits
+            .concurrency_max
+            .saturating_sub(self.in_flight + self.pending.len());
+        if self.claiming || room == 0 {
+            self.more_due = true;
+            return;
+        }
+        self.claiming = true;
+        self.more_due = false;
+        let claimed_at = Instant::now();
+        let claim = self.work.claim(room);
+        ctx.spawn(claim.into_actor(self).map(move |claimed, w, ctx| {
+            w.claiming = false;
+            match claimed {
+                Ok(rows) => {
+                    assert!(rows.len() <= room, "a claim never returns more than asked");
+                    metrics::histogram!("payrail_queue_claim_size", "queue" => w.queue())
+                        .record(rows.len() as f64);
+                    // A full claim means more rows are probably due.
+                    if rows.len() == room {
+                        w.more_due = true;
+                    }
+                    w.pending.extend(rows.into_iter().map(|row| Held {
+                        row,
+                        claimed_at,
+                        handed_over: false,
+                    }));
+                }
+                Err(e) => {
+                    tracing::warn!(queue = w.queue(), error = %e, "claim failed; retrying on the next wake")
+                }
+            }
+            w.pump(ctx);
+        }));
+    }
+
+    /// Starts work on pending rows while slots are free; claims more when
+    /// rows are probably due and room is left.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.draining {
+            self.release_pending(ctx);
+            self.check_drained();
+            return;
+        }
+        while self.in_flight < self.limits.concurrency_max {
+            let Some(held) = self.pending.pop_front() else {
+                break;
+            };
+            if held.claimed_at.elapsed() >= self.limits.call_window {
+                // Too late to finish within the lease: leave the row to its
+                // lease, so that no two workers ever overlap on it.
+                metrics::counter!("payrail_queue_claims_expired_total", "queue" => self.queue())
+                    .increment(1);
+                tracing::warn!(
+                    queue = self.queue(),
+                    "claim too old to start; left to its lease"
+                );
+                self.forget(&held);
+                continue;
+            }
+            self.start(held, ctx);
+        }
+        if self.more_due {
+            self.claim(ctx);
+        }
+    }
+
+    /// Works on one row; its outcome joins the next settlement batch.
+    fn start(&mut self, held: Held<W::Row>, ctx: &mut Context<Self>) {
+        self.in_flight += 1;
+        let work = self.work.work(held.row.clone());
+        ctx.spawn(work.into_actor(self).map(move |outcome, w, ctx| {
+            w.in_flight -= 1;
+            w.outcomes.push((held, outcome));
+            w.settle(ctx);
+            w.pump(ctx);
+        }));
+    }
+
+    /// Settles the waiting outcomes in one transaction, unless one runs.
+    fn settle(&mut self, ctx: &mut Context<Self>) {
+        if self.settling || self.outcomes.is_empty() {
+            return;
+        }
+        let n = self.outcomes.len().min(self.limits.settle_batch_max);
+        let mut batch: Vec<(Held<W::Row>, W::Outcome)> = self.outcomes.drain(..n).collect();
+        // A row held twice (its lease ran out and this worker claimed it
+        // again) has one live claim: the latest. The older outcome would be
+        // fenced out anyway; it never shares a batch with the live one.
+        batch.sort_by_key(|(h, _)| {
+            let (a, b, claim) = W::claim_of(&h.row);
+            (a, b, std::cmp::Reverse(claim))
+        });
+        let mut i = 1;
+        while i < batch.len() {
+            let (a, b, _) = W::claim_of(&batch[i].0.row);
+            let (pa, pb, _) = W::claim_of(&batch[i - 1].0.row);
+            if (a, b) == (pa, pb) {
+                let (stale, _) = batch.remove(i);
+                tracing::info!(queue = self.queue(), "outcome of an outdated claim dropped");
+                self.forget(&stale);
+            } else {
+                i += 1;
+            }
+        }
+        self.settling = true;
+        metrics::histogram!("payrail_queue_settle_batch_size", "queue" => self.queue())
+            .record(batch.len() as f64);
+        let rows: Vec<(W::Row, W::Outcome)> = batch
+            .iter()
+            .map(|(h, o)| (h.row.clone(), o.clone()))
+            .collect();
+        let started = Instant::now();
+        let work = self.work.clone();
+        let settled = async move { settle_with_fallback(work.as_ref(), rows).await };
+        ctx.spawn(settled.into_actor(self).map(move |(), w, ctx| {
+            metrics::histogram!("payrail_queue_settle_seconds", "queue" => w.queue())
+                .record(started.elapsed().as_secs_f64());
+            w.settling = false;
+            let mut next: Option<Duration> = None;
+            for (held, outcome) in &batch {
+                w.forget(held);
+                if let Some(due) = W::due_again(outcome) {
+                    next = Some(next.map_or(due, |d| d.min(due)));
+                }
+            }
+            if let Some(due) = next {
+                w.wake_after(due, ctx);
+            }
+            w.settle(ctx);
+            w.pump(ctx);
+            w.check_drained();
+        }));
+    }
+
+    /// A held row leaves this worker's memory.
+    fn forget(&self, held: &Held<W::Row>) {
+        if held.handed_over {
+            if let Some(count) = &self.handed_over {
+                count.release(1);
+            }
+        }
+    }
+
+    /// While draining: rows claimed but never started go back to the queue
+    /// at once, without waiting for their leases.
+    fn release_pending(&mut self, ctx: &mut Context<Self>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let rows: Vec<Held<W::Row>> = self.pending.drain(..).collect();
+        for held in &rows {
+            self.forget(held);
+        }
+        let release = self.work.release(rows.into_iter().map(|h| h.row).collect());
+        self.releasing += 1;
+        ctx.spawn(release.into_actor(self).map(|released, w, _| {
+            if let Err(e) = released {
+                tracing::warn!(queue = w.queue(), error = %e, "giving back unstarted rows failed; their leases will expire");
+            }
+            w.releasing -= 1;
+            w.check_drained();
+        }));
+    }
+
+    /// Answers the drain's waiters once nothing is held any more.
+    fn check_drained(&mut self) {
+        let idle = self.in_flight == 0
+            && self.outcomes.is_empty()
+            && !self.settling
+            && self.pending.is_empty()
+            && self.releasing == 0;
+        if self.draining && idle {
+            for waiter in self.drained.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+
+    /// Claims again once a rescheduled row falls due, instead of waiting for
+    /// the next poll. At most one timer is pending before any given instant.
+    fn wake_after(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        let at = Instant::now() + delay;
+        if self.wake_at.is_some_and(|w| w <= at) {
+            return;
+        }
+        self.wake_at = Some(at);
+        ctx.run_later(delay, |w, ctx| {
+            w.wake_at = None;
+            w.claim(ctx);
+        });
+    }
+
+    fn report(&self, ctx: &mut Context<Self>) {
+        metrics::gauge!("payrail_queue_held_rows", "queue" => self.queue())
+            .set((self.pending.len() + self.in_flight + self.outcomes.len()) as f64);
+        ctx.spawn(self.work.report().into_actor(self));
+    }
+}
+
+/// Settles a batch in one transaction; when Postgres refuses something
+/// about particular rows, each row alone, so one bad row fails no other; a
+/// row refused even alone gets the queue's fallback outcome. When Postgres
+/// fails as a whole past the tries, the rows are left to their leases.
+async fn settle_with_fallback<W: Work>(work: &W, batch: Vec<(W::Row, W::Outcome)>) {
+    let queue = W::QUEUE.as_str();
+    for attempt in 1..=SETTLE_TRIES_MAX {
+        match work.settle(batch.clone()).await {
+            Ok(()) => return,
+            Err(e) if e.is_row_specific() => {
+                tracing::warn!(queue, batch = batch.len(), error = %e, "settlement batch refused; settling each row alone");
+                break;
+            }
+            Err(e) if attempt < SETTLE_TRIES_MAX => {
+                tracing::debug!(queue, error = %e, "settling failed; trying again");
+                tokio::time::sleep(SETTLE_RETRY_DELAY).await;
+            }
+            Err(e) => {
+                tracing::warn!(queue, batch = batch.len(), error = %e, "settling failed; the leases will expire");
+                return;
+            }
+        }
+    }
+    for (row, outcome) in batch {
+        if let Err(e) = work.settle(vec![(row.clone(), outcome)]).await {
+            metrics::counter!("payrail_queue_settle_failures_total", "queue" => queue).increment(1);
+            let fallback = work.settle_failed(&row, &e);
+            tracing::warn!(queue, error = %e, ?fallback, "settlement refused");
+            if let Err(e) = work.settle(vec![(row, fallback)]).await {
+                tracing::warn!(queue, error = %e, "recording the settlement failure failed; the lease will expire");
+            }
+        }
+    }
+}
+
+impl<W: Work> Actor for Worker<W> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(64);
+        self.claim(ctx);
+        ctx.run_interval(self.limits.poll_interval, |w, ctx| w.claim(ctx));
+        self.report(ctx);
+        ctx.run_interval(REPORT_INTERVAL, |w, ctx| w.report(ctx));
+        // LISTEN on a connection of its own; reconnect whenever it breaks
+        // (a Postgres restart, say). Polling covers the gaps.
+        let me = ctx.address();
+        let listen = self
+            .store
+            .clone()
+            .listen_forever(W::CHANNEL, None, move |_| {
+                let _ = me.try_send(Wake);
+            });
+        ctx.spawn(listen.into_actor(self));
+    }
+}
+
+impl<W: Work> Handler<Wake> for Worker<W> {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.claim(ctx);
+    }
+}
+
+impl<W: Work> Handler<Deliver<W::Row>> for Worker<W> {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver<W::Row>, ctx: &mut Context<Self>) {
+        assert!(
+            self.handed_over.is_some(),
+            "rows are handed over only where counted"
+        );
+        metrics::counter!("payrail_queue_handed_over_total", "queue" => self.queue())
+            .increment(msg.rows.len() as u64);
+        self.pending.extend(msg.rows.into_iter().map(|row| Held {
+            row,
+            claimed_at: msg.claimed_at,
+            handed_over: true,
+        }));
+        // While draining, pump gives them straight back.
+        self.pump(ctx);
+    }
+}
+
+impl<W: Work> Handler<Drain> for Worker<W> {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
+        tracing::info!(
+            queue = self.queue(),
+            in_flight = self.in_flight,
+            unsettled = self.outcomes.len(),
+            "draining: no new claims; work in flight finishes"
+        );
+        self.draining = true;
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        self.pump(ctx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}

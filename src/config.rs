@@ -258,13 +258,11 @@ pub struct RelayConfig {
     /// Bound on one provider call.
     #[arg(long, env = "PAYRAIL_PROVIDER_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub provider_timeout: Duration,
-    /// Provider calls in flight at once per process. Against a provider
-    /// answering in 2 ms, on 2 cores shared with the creates, 64 let the
-    /// outbox fall 3.2-3.7 s behind 64 clients of creates and 128 kept it
-    /// within 0.5 s, with 11-20 % more transfers settled end to end
-    /// (docs/BENCHMARKS.md). At 100 ms per answer, 128 calls make at most
-    /// 1 280 payouts/s per process: raise it for a slow provider, lower it
-    /// for one that limits concurrent requests.
+    /// Provider calls in flight at once per process: at most this many
+    /// payouts per provider round trip (128 calls at 100 ms per answer make
+    /// 1 280 payouts/s). Raise it for a slow provider, lower it for one that
+    /// limits concurrent requests; docs/BENCHMARKS.md has the measured
+    /// choice of the default.
     #[arg(long, env = "PAYRAIL_RELAY_CONCURRENCY", default_value_t = 128)]
     pub relay_concurrency: usize,
     /// Fallback poll interval when no notification arrives.
@@ -272,8 +270,8 @@ pub struct RelayConfig {
     pub relay_poll: Duration,
     /// Least time between two NOTIFYs that wake the relays of every process
     /// after flushes committed rows none of them claimed; each NOTIFY
-    /// answers every such flush since the one before. A NOTIFY in each
-    /// flush cost Postgres a fifth of its CPU per transfer (docs/BENCHMARKS.md).
+    /// answers every such flush since the one before (why not one per
+    /// flush: docs/BENCHMARKS.md).
     #[arg(long, env = "PAYRAIL_RELAY_WAKE_INTERVAL", default_value = "10ms", value_parser = humantime::parse_duration)]
     pub relay_wake_interval: Duration,
     /// How long a claimed row is held. It must outlast what one claimed

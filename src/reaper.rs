@@ -30,6 +30,26 @@ pub struct ReaperLimits {
     pub event_retention: Duration,
 }
 
+impl From<&crate::config::ServeConfig> for ReaperLimits {
+    fn from(config: &crate::config::ServeConfig) -> Self {
+        Self {
+            interval: config.reaper_interval,
+            batch_rows_max: config.reaper_batch,
+            batches_per_tick_max: config.reaper_batches_per_tick,
+            event_retention: config.event_retention,
+        }
+    }
+}
+
+/// Starts the reaper on a thread of its own.
+pub fn start(config: &crate::config::ServeConfig, store: &Store) -> (Addr<Reaper>, Arbiter) {
+    let arbiter = Arbiter::new();
+    let limits = ReaperLimits::from(config);
+    let store = store.clone();
+    let addr = Reaper::start_in_arbiter(&arbiter.handle(), move |_| Reaper::new(store, limits));
+    (addr, arbiter)
+}
+
 /// Deletes expired key rows and old events on a timer; one tick at a time.
 pub struct Reaper {
     store: Store,

@@ -4,23 +4,19 @@
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Arbiter};
+use actix::{Addr, Arbiter};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{middleware::from_fn, web, App, HttpServer};
 
 use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
-use crate::domain::webhook::AddressPolicy;
-use crate::provider::http::HttpProvider;
 use crate::queue::worker::{Drain, Worker};
-use crate::reaper::{Reaper, ReaperLimits};
-use crate::relay::{Handoff, HandoffCount, Relay, RelayLimits, RelayNudge};
+use crate::reaper::Reaper;
+use crate::relay::{Relay, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
-use crate::store::{FlushLimits, Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
+use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
 use crate::webhook::delivery::DeliveryWork;
-use crate::webhook::sender::Sender;
-use crate::webhook::WebhookLimits;
 
 /// A built, bound, not yet awaited engine.
 pub struct Application {
@@ -53,92 +49,23 @@ impl Application {
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
 
-        let mut arbiters = Vec::new();
-        let mut relay_addr = None;
         // The relay first: the shards hand it the rows they claim.
-        let handoff = match &config.provider_url {
-            Some(url) => {
-                let r = &config.relay;
-                // One idle connection per call the relay may have in flight:
-                // with fewer, every burst of calls closes the surplus and
-                // the next opens them again.
-                let provider = Arc::new(HttpProvider::with_pool(
-                    url,
-                    r.provider_timeout,
-                    r.relay_concurrency,
-                )?);
-                let limits = RelayLimits::from(&config);
-                let relay_arbiter = Arbiter::new();
-                let count = Arc::new(HandoffCount::default());
-                let relay = crate::relay::start(
-                    &relay_arbiter,
-                    store.clone(),
-                    provider,
-                    limits,
-                    count.clone(),
-                );
-                arbiters.push(relay_arbiter);
-                relay_addr = Some(relay.clone());
-                Some(Handoff::new(relay, count, r.relay_queue, r.relay_lease))
-            }
-            None => {
-                tracing::warn!("no --provider-url: the relay is off and transfers stay pending");
-                None
-            }
-        };
-
-        let limits = ShardLimits {
-            batch_size_max: config.max_batch,
-            queue_len_max: config.shard_queue,
-            cache_entries_max: config.replay_cache,
-            flushes_in_flight_max: config.shard_flushes,
-            overlap_batch_min: config.shard_overlap_min,
-            lock_retries_max: config.db_lock_retries,
-            flush: FlushLimits {
-                key_retention: config.key_retention,
-                lock_timeout: config.db_lock_timeout,
-            },
-        };
-        let (shards, shard_arbiters) = ShardRouter::start(
+        let relay = crate::relay::start(&config, &store)?;
+        let (shards, mut arbiters) = ShardRouter::start(
             config.shards,
             &store,
-            limits,
+            ShardLimits::from(&config),
             config.coalesce_timeout,
-            handoff,
+            relay.as_ref().map(|r| r.handoff.clone()),
             RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
         )?;
-        arbiters.extend(shard_arbiters);
-
-        let w = &config.webhooks;
-        let policy = if w.webhook_allow_private {
-            AddressPolicy::AllowPrivate
-        } else {
-            AddressPolicy::PublicOnly
-        };
-        let sender = Sender::new(w.webhook_timeout, policy, w.webhook_response_bytes)?;
-        let webhook_limits = WebhookLimits::from(&config);
-        let webhook_arbiter = Arbiter::new();
-        let deliveries = crate::webhook::delivery::start(
-            &webhook_arbiter,
-            store.clone(),
-            sender,
-            webhook_limits,
-            config.database.db_timeout,
-        );
-        arbiters.push(webhook_arbiter);
-
-        let reaper_arbiter = Arbiter::new();
-        let reaper_limits = ReaperLimits {
-            interval: config.reaper_interval,
-            batch_rows_max: config.reaper_batch,
-            batches_per_tick_max: config.reaper_batches_per_tick,
-            event_retention: config.event_retention,
-        };
-        let reaper_store = store.clone();
-        let reaper = Reaper::start_in_arbiter(&reaper_arbiter.handle(), move |_| {
-            Reaper::new(reaper_store, reaper_limits)
+        let (deliveries, webhook_arbiter) = crate::webhook::start(&config, &store)?;
+        let (reaper, reaper_arbiter) = crate::reaper::start(&config, &store);
+        arbiters.extend([webhook_arbiter, reaper_arbiter]);
+        let relay = relay.map(|r| {
+            arbiters.push(r.arbiter);
+            r.addr
         });
-        arbiters.push(reaper_arbiter);
 
         // Revocations reach every process's cache over NOTIFY, and each
         // process confirms, so `client revoke` returns once none trusts the key.
@@ -166,7 +93,7 @@ impl Application {
             body_limit: config.body_limit,
             body_read_timeout: config.client_request_timeout,
             readiness: ReadinessCache::new(config.readyz_cache_ttl),
-            webhook_policy: policy,
+            webhook_policy: crate::webhook::address_policy(&config),
             webhook_endpoints_max: config.webhooks.webhook_endpoints_max,
             metrics,
         });
@@ -195,7 +122,7 @@ impl Application {
             reaper,
             store,
             arbiters,
-            relay: relay_addr,
+            relay,
             deliveries: Some(deliveries),
             shutdown_grace: config.shutdown_grace,
         })

@@ -32,11 +32,6 @@ impl ProviderText {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The cleaned text, owned.
-    pub fn into_string(self) -> String {
-        self.0
-    }
 }
 
 impl fmt::Display for ProviderText {

@@ -132,11 +132,6 @@ impl PgCluster {
         Ok(())
     }
 
-    /// True while a server runs on this data folder.
-    pub fn is_running(&self) -> bool {
-        self.run("pg_ctl", &["-D", self.data(), "status"]).is_ok()
-    }
-
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port

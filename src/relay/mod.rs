@@ -16,6 +16,7 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter};
 
 use crate::config::ServeConfig;
+use crate::provider::http::HttpProvider;
 use crate::provider::Provider;
 use crate::queue::worker::{settle_bound, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
@@ -24,9 +25,53 @@ use crate::store::Store;
 /// The relay: the one queue's worker skeleton running [`OutboxWork`].
 pub type Relay = Worker<OutboxWork>;
 
-/// Starts the relay on a thread of its own, with the count of rows the
-/// shards hand it; returns its address.
-pub fn start(
+/// A running relay: its address, its thread, and the hand-off the shards
+/// use to give it the rows they claim.
+pub struct RelayHandle {
+    /// Drained on shutdown.
+    pub addr: Addr<Relay>,
+    /// Its thread.
+    pub arbiter: Arbiter,
+    /// For the shards.
+    pub handoff: Handoff,
+}
+
+/// Starts the relay of `--provider-url` on a thread of its own; `None`
+/// without a provider (transfers then stay `pending`).
+pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<RelayHandle>> {
+    let Some(url) = &config.provider_url else {
+        tracing::warn!("no --provider-url: the relay is off and transfers stay pending");
+        return Ok(None);
+    };
+    let r = &config.relay;
+    // One idle connection per call the relay may have in flight: with
+    // fewer, every burst of calls closes the surplus and the next opens
+    // them again.
+    let provider = Arc::new(HttpProvider::with_pool(
+        url,
+        r.provider_timeout,
+        r.relay_concurrency,
+    )?);
+    let arbiter = Arbiter::new();
+    let count = Arc::new(HandoffCount::default());
+    let addr = start_worker(
+        &arbiter,
+        store.clone(),
+        provider,
+        RelayLimits::from(config),
+        count.clone(),
+    );
+    let handoff = Handoff::new(addr.clone(), count, r.relay_queue, r.relay_lease);
+    Ok(Some(RelayHandle {
+        addr,
+        arbiter,
+        handoff,
+    }))
+}
+
+/// Starts the relay's worker on `arbiter`, with the count of rows the
+/// shards hand it.
+pub fn start_worker(
     arbiter: &Arbiter,
     store: Store,
     provider: Arc<dyn Provider>,

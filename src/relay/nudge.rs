@@ -1,16 +1,14 @@
 //! Wakes the relays of every process (a NOTIFY on the outbox channel) after
 //! flushes committed outbox rows that no relay has claimed.
 //!
-//! Why not a NOTIFY inside each flush, as before: it makes the flush's
-//! COMMIT take the database-wide lock on the notification queue, so two
-//! overlapping flushes commit one after the other, and Postgres then
-//! signals every backend that listens on any channel. At 5 700 creates/s
-//! (four attempts a flush) that cost about 20 µs of Postgres CPU per
-//! transfer, a fifth of it (`scripts/bench`, docs/BENCHMARKS.md). Here one
-//! NOTIFY, in a transaction of its own, answers all the flushes of an
-//! interval; it is sent after they committed, so a woken relay finds their
-//! rows. A relay that misses it (Postgres was down) still polls every
-//! `--relay-poll`.
+//! Why not a NOTIFY inside each flush: it makes the flush's COMMIT take the
+//! database-wide lock on the notification queue, so two overlapping
+//! flushes commit one after the other, and Postgres then signals every
+//! backend that listens on any channel (what that cost is measured in
+//! docs/BENCHMARKS.md). Here one NOTIFY, in a transaction of its own,
+//! answers all the flushes of an interval; it is sent after they committed,
+//! so a woken relay finds their rows. A relay that misses it (Postgres was
+//! down) still polls every `--relay-poll`.
 
 use std::sync::Arc;
 use std::time::Duration;

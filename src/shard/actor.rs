@@ -142,6 +142,13 @@ impl Shard {
     }
 
     fn report_depth(&self) {
+        // The count is kept by hand beside the map it counts; summing the
+        // map costs a walk, so only debug builds check it on every report.
+        debug_assert_eq!(
+            self.waiter_count,
+            self.waiting.values().map(Vec::len).sum::<usize>(),
+            "waiter_count counts the attempts in `waiting`"
+        );
         self.metrics.queue_depth.set(self.held() as f64);
         self.metrics.cache_entries.set(self.cache.len() as f64);
     }
@@ -348,6 +355,10 @@ impl Shard {
     /// `failed` when the write failed), and a known answer is cached.
     fn release(&mut self, scope: &Scope, answer: Option<CachedAnswer>, failed: Verdict) {
         let waiters = self.waiting.remove(scope).unwrap_or_default();
+        assert!(
+            self.waiter_count >= waiters.len(),
+            "waiter_count counts every waiter in `waiting`"
+        );
         self.waiter_count -= waiters.len();
         for w in waiters {
             let v = answer

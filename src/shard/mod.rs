@@ -18,6 +18,23 @@ use crate::store::{FlushLimits, KeyWrite, Store, StoreError, StoredAnswer};
 pub use actor::{Shard, Submit};
 pub use cache::{CachedAnswer, ReplayCache, Scope};
 
+impl From<&crate::config::ServeConfig> for ShardLimits {
+    fn from(config: &crate::config::ServeConfig) -> Self {
+        Self {
+            batch_size_max: config.max_batch,
+            queue_len_max: config.shard_queue,
+            cache_entries_max: config.replay_cache,
+            flushes_in_flight_max: config.shard_flushes,
+            overlap_batch_min: config.shard_overlap_min,
+            lock_retries_max: config.db_lock_retries,
+            flush: crate::store::FlushLimits {
+                key_retention: config.key_retention,
+                lock_timeout: config.db_lock_timeout,
+            },
+        }
+    }
+}
+
 /// Bounds of one shard, from `ServeConfig`.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardLimits {

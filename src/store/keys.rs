@@ -276,25 +276,6 @@ impl Store {
         .await
     }
 
-    /// Looks up the live answer stored for a key, if any.
-    pub async fn find_answer(
-        &self,
-        client_id: ClientId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<LiveAnswer>, StoreError> {
-        self.with_client(|client| async move {
-            let select = client.prepare_cached(SELECT_EXISTING).await?;
-            let rows = client
-                .query(&select, &[&vec![client_id.0], &vec![key.as_str()]])
-                .await?;
-            rows.first()
-                .map(answer_from_row)
-                .transpose()
-                .map(|a| a.map(|(_, a)| a))
-        })
-        .await
-    }
-
     /// Deletes up to `batch` expired key rows; returns how many went.
     pub async fn delete_expired_keys(&self, batch: i64) -> Result<u64, StoreError> {
         self.with_client(|client| async move {

@@ -10,8 +10,44 @@ pub mod sink;
 
 use std::time::Duration;
 
+use actix::{Addr, Arbiter};
+
 use crate::config::ServeConfig;
+use crate::domain::webhook::AddressPolicy;
+use crate::queue::worker::Worker;
 use crate::queue::RetryPolicy;
+use crate::store::Store;
+
+/// Where webhook URLs may point, from `--webhook-allow-private`.
+pub fn address_policy(config: &ServeConfig) -> AddressPolicy {
+    if config.webhooks.webhook_allow_private {
+        AddressPolicy::AllowPrivate
+    } else {
+        AddressPolicy::PublicOnly
+    }
+}
+
+/// Starts the webhook delivery worker on a thread of its own.
+pub fn start(
+    config: &ServeConfig,
+    store: &Store,
+) -> anyhow::Result<(Addr<Worker<delivery::DeliveryWork>>, Arbiter)> {
+    let w = &config.webhooks;
+    let sender = sender::Sender::new(
+        w.webhook_timeout,
+        address_policy(config),
+        w.webhook_response_bytes,
+    )?;
+    let arbiter = Arbiter::new();
+    let addr = delivery::start(
+        &arbiter,
+        store.clone(),
+        sender,
+        WebhookLimits::from(config),
+        config.database.db_timeout,
+    );
+    Ok((addr, arbiter))
+}
 
 /// Bounds of the delivery worker.
 #[derive(Debug, Clone)]

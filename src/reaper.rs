@@ -73,22 +73,24 @@ impl Reaper {
         }
         self.busy = true;
         let store = self.store.clone();
+        let (keys_store, events_store, endpoints_store) =
+            (store.keys(), store.events(), store.endpoints());
         let limits = self.limits;
         let work = async move {
             let keys = reap(limits, "idempotency keys", |batch| {
-                store.delete_expired_keys(batch)
+                keys_store.delete_expired(batch)
             })
             .await;
             let before = event_id_floor(SystemTime::now() - limits.event_retention);
             let events = reap(limits, "webhook events", |batch| {
-                store.delete_old_events(before, batch)
+                events_store.delete_old(before, batch)
             })
             .await;
             let gone_before = chrono::Utc::now()
                 - chrono::Duration::from_std(limits.event_retention)
                     .expect("the retention was checked at start-up");
             let endpoints = reap(limits, "deleted webhook endpoints", |batch| {
-                store.purge_deleted_endpoints(gone_before, batch)
+                endpoints_store.purge_deleted(gone_before, batch)
             })
             .await;
             if endpoints > 0 {
@@ -97,7 +99,7 @@ impl Reaper {
                     "purged webhook endpoints deleted past the retention"
                 );
             }
-            match store.expired_key_backlog(EXPIRED_COUNT_MAX).await {
+            match store.keys().expired_backlog(EXPIRED_COUNT_MAX).await {
                 Ok((count, oldest)) => {
                     metrics::gauge!("payrail_reaper_expired_keys").set(count as f64);
                     metrics::gauge!("payrail_reaper_expired_keys_oldest_age_seconds").set(oldest);

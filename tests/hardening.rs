@@ -263,7 +263,7 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     let id = Uuid::parse_str(&id).unwrap();
     let lease = Duration::from_secs(30);
 
-    let stale = app.store.claim_outbox(10, lease).await.unwrap().remove(0);
+    let stale = app.store.outbox().claim(10, lease).await.unwrap().remove(0);
     assert_eq!((stale.attempt, stale.budget_used), (1, 1));
     let dead = Settlement::Dead {
         error: ProviderText::clean("gave up"),
@@ -271,13 +271,14 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     };
     let report = app
         .store
-        .settle_outbox_batch(&[(stale.clone(), dead)])
+        .outbox()
+        .settle(&[(stale.clone(), dead)])
         .await
         .unwrap();
     assert_eq!(report.held, [true]);
 
-    assert!(app.store.retry_outbox(id).await.unwrap());
-    let fresh = app.store.claim_outbox(10, lease).await.unwrap().remove(0);
+    assert!(app.store.outbox().retry(id).await.unwrap());
+    let fresh = app.store.outbox().claim(10, lease).await.unwrap().remove(0);
     assert_eq!(fresh.attempt, 2, "a new claim gets a new token");
     assert_eq!(fresh.budget_used, 1, "with a fresh retry budget");
 
@@ -287,11 +288,7 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
         provider_reference: None,
         failure_reason: Some(ProviderText::clean("late")),
     };
-    let report = app
-        .store
-        .settle_outbox_batch(&[(stale, late)])
-        .await
-        .unwrap();
+    let report = app.store.outbox().settle(&[(stale, late)]).await.unwrap();
     assert_eq!(report.held, [false]);
     assert!(report.finalized.is_empty());
     assert_eq!(app.count_status("pending").await, 1);

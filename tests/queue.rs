@@ -51,7 +51,7 @@ fn final_as(status: TransferStatus) -> Settlement {
 }
 
 async fn claim_one(app: &TestApp) -> ClaimedRow {
-    let mut rows = app.store.claim_outbox(10, LEASE).await.unwrap();
+    let mut rows = app.store.outbox().claim(10, LEASE).await.unwrap();
     assert_eq!(rows.len(), 1, "one row is due");
     rows.remove(0)
 }
@@ -65,7 +65,12 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
         (1, 1, false)
     );
     assert!(
-        app.store.claim_outbox(10, LEASE).await.unwrap().is_empty(),
+        app.store
+            .outbox()
+            .claim(10, LEASE)
+            .await
+            .unwrap()
+            .is_empty(),
         "held rows are not claimed twice"
     );
 
@@ -77,7 +82,7 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
         second.ambiguous,
         "the vanished holder may have called the provider"
     );
-    let listed = app.store.outbox_entries(false, 10).await.unwrap();
+    let listed = app.store.outbox().entries(false, 10).await.unwrap();
     assert!(
         listed[0].ambiguous,
         "outbox list shows the row is ambiguous"
@@ -86,7 +91,8 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
     // The old holder comes back with a final outcome: it writes nothing.
     let stale = app
         .store
-        .settle_outbox_batch(&[(first, final_as(TransferStatus::Failed))])
+        .outbox()
+        .settle(&[(first, final_as(TransferStatus::Failed))])
         .await
         .unwrap();
     assert_eq!(stale.held, vec![false]);
@@ -95,7 +101,8 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
 
     let live = app
         .store
-        .settle_outbox_batch(&[(second, final_as(TransferStatus::Succeeded))])
+        .outbox()
+        .settle(&[(second, final_as(TransferStatus::Succeeded))])
         .await
         .unwrap();
     assert_eq!(live.held, vec![true]);
@@ -112,16 +119,23 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
         ambiguous: true,
     };
     app.store
-        .settle_outbox_batch(&[(first.clone(), dead)])
+        .outbox()
+        .settle(&[(first.clone(), dead)])
         .await
         .unwrap();
     assert!(
-        app.store.claim_outbox(10, LEASE).await.unwrap().is_empty(),
+        app.store
+            .outbox()
+            .claim(10, LEASE)
+            .await
+            .unwrap()
+            .is_empty(),
         "dead rows wait"
     );
     assert!(app
         .store
-        .retry_outbox(first.payout.transfer_id)
+        .outbox()
+        .retry(first.payout.transfer_id)
         .await
         .unwrap());
     let again = claim_one(&app).await;
@@ -137,10 +151,7 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
         error: ProviderText::clean("HTTP 503"),
         ambiguous: false,
     };
-    app.store
-        .settle_outbox_batch(&[(again, retry)])
-        .await
-        .unwrap();
+    app.store.outbox().settle(&[(again, retry)]).await.unwrap();
     assert!(claim_one(&app).await.ambiguous);
 }
 
@@ -150,7 +161,8 @@ async fn rows_given_back_by_a_drain_are_not_ambiguous_nor_charged() {
     let first = claim_one(&app).await;
     let n = app
         .store
-        .release_outbox(&[(first.payout.transfer_id, first.attempt)])
+        .outbox()
+        .release(&[(first.payout.transfer_id, first.attempt)])
         .await
         .unwrap();
     assert_eq!(n, 1);
@@ -161,7 +173,8 @@ async fn rows_given_back_by_a_drain_are_not_ambiguous_nor_charged() {
     // A give-back under an outdated claim writes nothing.
     let stale = app
         .store
-        .release_outbox(&[(first.payout.transfer_id, first.attempt)])
+        .outbox()
+        .release(&[(first.payout.transfer_id, first.attempt)])
         .await
         .unwrap();
     assert_eq!(stale, 0);

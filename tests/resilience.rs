@@ -258,7 +258,7 @@ async fn one_reaper_tick_clears_twice_the_peak_create_rate_of_expired_keys() {
     let live = app.post_transfer(&new_key(), &transfer_body()).await;
     assert_eq!(live.status(), StatusCode::CREATED);
     assert_eq!(
-        app.store.expired_key_backlog(1_000_000).await.unwrap().0,
+        app.store.keys().expired_backlog(1_000_000).await.unwrap().0,
         EXPIRED
     );
 
@@ -269,7 +269,7 @@ async fn one_reaper_tick_clears_twice_the_peak_create_rate_of_expired_keys() {
         || async { app.count("idempotency_keys").await == 1 },
     )
     .await;
-    let (left, oldest) = app.store.expired_key_backlog(1_000_000).await.unwrap();
+    let (left, oldest) = app.store.keys().expired_backlog(1_000_000).await.unwrap();
     assert_eq!(
         (left, oldest),
         (0, 0.0),

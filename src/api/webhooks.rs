@@ -230,7 +230,8 @@ pub async fn create_endpoint(
     let description = new.description.as_ref().map(|d| d.as_str());
     let endpoint = state
         .store
-        .create_endpoint(
+        .endpoints()
+        .create(
             caller.0,
             &new.url,
             description,
@@ -269,7 +270,7 @@ pub async fn list_endpoints(
     state: web::Data<AppState>,
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
-    let endpoints = state.store.endpoints(caller.0).await?;
+    let endpoints = state.store.endpoints().list(caller.0).await?;
     Ok(HttpResponse::Ok().json(EndpointList {
         data: endpoints.iter().map(EndpointView::from).collect(),
     }))
@@ -297,7 +298,7 @@ pub async fn delete_endpoint(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::NotFound)?;
-    if state.store.delete_endpoint(caller.0, id).await? {
+    if state.store.endpoints().delete(caller.0, id).await? {
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(ApiError::NotFound)
@@ -329,7 +330,8 @@ pub async fn rotate_secret(
     let secret = WebhookSecret::generate();
     let endpoint = state
         .store
-        .rotate_endpoint_secret(caller.0, id, &secret, ROTATION_OVERLAP)
+        .endpoints()
+        .rotate_secret(caller.0, id, &secret, ROTATION_OVERLAP)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(RotatedSecret {
@@ -407,7 +409,8 @@ pub async fn list_events(
     };
     let page = state
         .store
-        .events_page(caller.0, filter)
+        .events()
+        .page(caller.0, filter)
         .await?
         .ok_or_else(|| invalid("starting_after", "names no event of yours"))?;
     Ok(HttpResponse::Ok().json(EventList {
@@ -445,7 +448,8 @@ pub async fn redeliver(
     let id = parse_event_id(&id).ok_or(ApiError::NotFound)?;
     let due = state
         .store
-        .redeliver_event(caller.0, id)
+        .events()
+        .redeliver(caller.0, id)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Accepted().json(Redelivery {

@@ -169,7 +169,7 @@ async fn demo_endpoint(
     sink_url: &str,
     data_dir: &Path,
 ) -> anyhow::Result<(uuid::Uuid, WebhookSecret)> {
-    let endpoints = store.endpoints(client).await?;
+    let endpoints = store.endpoints().list(client).await?;
     if let Some(DevState {
         webhook_endpoint_id: Some(id),
         webhook_secret: Some(secret),
@@ -184,13 +184,14 @@ async fn demo_endpoint(
         }
     }
     for stale in endpoints.iter().filter(|e| e.url == sink_url) {
-        store.delete_endpoint(client, stale.id).await?;
+        store.endpoints().delete(client, stale.id).await?;
     }
     let url = EndpointUrl::parse(sink_url, AddressPolicy::AllowPrivate)
         .map_err(|e| anyhow::anyhow!("sink url {e}"))?;
     let secret = WebhookSecret::generate();
     let endpoint = store
-        .create_endpoint(
+        .endpoints()
+        .create(
             client,
             &url,
             Some("payrail dev's webhook sink"),

@@ -11,7 +11,7 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             database,
         } => {
             let store = Store::connect(&database.resolve()?)?;
-            let entries = store.outbox_entries(dead, limit).await?;
+            let entries = store.outbox().entries(dead, limit).await?;
             if entries.is_empty() {
                 eprintln!(
                     "{}",
@@ -35,7 +35,7 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
                 anyhow::anyhow!("expected a transfer id (a UUID such as 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d), got {transfer_id:?}")
             })?;
             let store = Store::connect(&database.resolve()?)?;
-            if store.retry_outbox(id).await? {
+            if store.outbox().retry(id).await? {
                 println!("{id} is due again");
                 Ok(())
             } else {

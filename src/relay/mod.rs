@@ -88,7 +88,7 @@ pub fn start_worker(
         settle_batch_max: limits.settle_batch_max,
     };
     Relay::start_in_arbiter(&arbiter.handle(), move |_| {
-        let work = OutboxWork::new(store.clone(), provider, limits);
+        let work = OutboxWork::new(store.outbox(), provider, limits);
         Worker::new(work, store, worker_limits, Some(handed_over))
     })
 }

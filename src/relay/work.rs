@@ -15,18 +15,19 @@ use crate::provider::{Provider, ProviderError, ProviderOutcome};
 use crate::queue::worker::{QueueName, Work};
 use crate::queue::RetryPolicy;
 use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
-use crate::store::{Store, StoreError};
+use crate::store::{OutboxStore, StoreError};
 
 /// Provider calls on the outbox queue.
 pub struct OutboxWork {
-    store: Store,
+    /// The outbox's statements only.
+    store: OutboxStore,
     provider: Arc<dyn Provider>,
     limits: RelayLimits,
 }
 
 impl OutboxWork {
-    /// Calls `provider` for the rows claimed from `store`'s outbox.
-    pub fn new(store: Store, provider: Arc<dyn Provider>, limits: RelayLimits) -> Self {
+    /// Calls `provider` for the rows claimed from the outbox.
+    pub fn new(store: OutboxStore, provider: Arc<dyn Provider>, limits: RelayLimits) -> Self {
         Self {
             store,
             provider,
@@ -49,7 +50,7 @@ impl Work for OutboxWork {
     fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedRow>, StoreError>> {
         let store = self.store.clone();
         let lease = self.limits.lease;
-        async move { store.claim_outbox(limit as i64, lease).await }.boxed()
+        async move { store.claim(limit as i64, lease).await }.boxed()
     }
 
     fn work(&self, row: ClaimedRow) -> BoxFuture<'static, Settlement> {
@@ -84,7 +85,7 @@ impl Work for OutboxWork {
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         async move {
-            let report = store.settle_outbox_batch(&batch).await?;
+            let report = store.settle(&batch).await?;
             for ((row, _), held) in batch.iter().zip(&report.held) {
                 if !held {
                     tracing::info!(transfer_id = %row.payout.transfer_id, "claim was taken over; left to the new holder");
@@ -105,7 +106,7 @@ impl Work for OutboxWork {
             .iter()
             .map(|r| (r.payout.transfer_id, r.attempt))
             .collect();
-        async move { store.release_outbox(&claims).await.map(|_| ()) }.boxed()
+        async move { store.release(&claims).await.map(|_| ()) }.boxed()
     }
 
     fn due_again(outcome: &Settlement) -> Option<Duration> {
@@ -118,7 +119,7 @@ impl Work for OutboxWork {
     fn report(&self) -> BoxFuture<'static, ()> {
         let store = self.store.clone();
         async move {
-            if let Ok(s) = store.outbox_stats().await {
+            if let Ok(s) = store.stats().await {
                 metrics::gauge!("payrail_outbox_backlog").set(s.backlog as f64);
                 metrics::gauge!("payrail_outbox_dead").set(s.dead as f64);
                 metrics::gauge!("payrail_outbox_oldest_due_age_seconds").set(s.oldest_due_age_secs);

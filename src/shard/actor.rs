@@ -195,6 +195,7 @@ impl Shard {
         let started = Instant::now();
         let flush = async move {
             let result = store
+                .keys()
                 .write_keys(&writes, handoff, limits, move || {
                     let _ = executed_tx.send(());
                 })

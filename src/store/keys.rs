@@ -167,7 +167,12 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE expires_at <=
        COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(expires_at) FROM idempotency_keys
                                             WHERE expires_at <= now()))::float8, 0)";
 
-impl Store {
+/// Idempotency keys: the shards' flushes (a key, its transfer and its
+/// outbox row in one statement) and the reaper's deletions.
+#[derive(Clone)]
+pub struct KeyStore(pub(super) Store);
+
+impl KeyStore {
     /// Writes a batch of new keys in one transaction and says, per write and
     /// in order, whether it was inserted or lost to an existing live key.
     /// The caller guarantees that no (client, key) appears twice in a batch.
@@ -204,96 +209,99 @@ impl Store {
             "SET LOCAL lock_timeout = {};",
             limits.lock_timeout.as_millis().max(1)
         );
-        self.with_client(|client| async move {
-            let cols = Columns::of(batch);
-            let tx = OpenTx::new(client);
-            let insert = tx.client().prepare_cached(INSERT_BATCH).await?;
-            let retention = limits.key_retention.as_secs_f64();
-            let lease = lease.as_secs_f64();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
-                &cols.transfer_id,
-                &cols.client_id,
-                &cols.key,
-                &cols.fingerprint,
-                &cols.body,
-                &cols.created_at,
-                &cols.amount,
-                &cols.currency,
-                &cols.source,
-                &cols.destination,
-                &cols.description,
-                &cols.metadata,
-                &retention,
-                &claim,
-                &lease,
-            ];
-            // BEGIN and the insert go out in one round trip.
-            let (begun, rows) =
-                futures::join!(tx.begin(&lock_timeout), tx.client().query(&insert, &params));
-            // The first failure is the cause; the insert fails too when BEGIN did.
-            let rows = match (begun, rows) {
-                (Ok(()), Ok(rows)) => rows,
-                (Err(e), _) | (_, Err(e)) => {
-                    tx.rollback().await;
-                    return Err(e.into());
-                }
-            };
-            let inserted: HashSet<Uuid> = rows.iter().map(|r| r.get(0)).collect();
-
-            let lost: Vec<&KeyWrite> = batch
-                .iter()
-                .filter(|w| !inserted.contains(&w.transfer.id))
-                .collect();
-            let mut existing = HashMap::new();
-            if !lost.is_empty() {
-                let clients: Vec<Uuid> = lost.iter().map(|w| w.transfer.client_id.0).collect();
-                let keys: Vec<&str> = lost
-                    .iter()
-                    .map(|w| w.transfer.idempotency_key.as_str())
-                    .collect();
-                let select = tx.client().prepare_cached(SELECT_EXISTING).await?;
-                for row in tx.client().query(&select, &[&clients, &keys]).await? {
-                    let (scope, answer) = answer_from_row(&row)?;
-                    existing.insert(scope, answer);
-                }
-            }
-            on_executed();
-            tx.commit().await?;
-
-            Ok(batch
-                .iter()
-                .map(|w| {
-                    if inserted.contains(&w.transfer.id) {
-                        return WriteOutcome::Inserted;
+        self.0
+            .with_client(|client| async move {
+                let cols = Columns::of(batch);
+                let tx = OpenTx::new(client);
+                let insert = tx.client().prepare_cached(INSERT_BATCH).await?;
+                let retention = limits.key_retention.as_secs_f64();
+                let lease = lease.as_secs_f64();
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
+                    &cols.transfer_id,
+                    &cols.client_id,
+                    &cols.key,
+                    &cols.fingerprint,
+                    &cols.body,
+                    &cols.created_at,
+                    &cols.amount,
+                    &cols.currency,
+                    &cols.source,
+                    &cols.destination,
+                    &cols.description,
+                    &cols.metadata,
+                    &retention,
+                    &claim,
+                    &lease,
+                ];
+                // BEGIN and the insert go out in one round trip.
+                let (begun, rows) =
+                    futures::join!(tx.begin(&lock_timeout), tx.client().query(&insert, &params));
+                // The first failure is the cause; the insert fails too when BEGIN did.
+                let rows = match (begun, rows) {
+                    (Ok(()), Ok(rows)) => rows,
+                    (Err(e), _) | (_, Err(e)) => {
+                        tx.rollback().await;
+                        return Err(e.into());
                     }
-                    let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
-                    existing
-                        .remove(&scope)
-                        .map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
-                })
-                .collect())
-        })
-        .await
+                };
+                let inserted: HashSet<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+
+                let lost: Vec<&KeyWrite> = batch
+                    .iter()
+                    .filter(|w| !inserted.contains(&w.transfer.id))
+                    .collect();
+                let mut existing = HashMap::new();
+                if !lost.is_empty() {
+                    let clients: Vec<Uuid> = lost.iter().map(|w| w.transfer.client_id.0).collect();
+                    let keys: Vec<&str> = lost
+                        .iter()
+                        .map(|w| w.transfer.idempotency_key.as_str())
+                        .collect();
+                    let select = tx.client().prepare_cached(SELECT_EXISTING).await?;
+                    for row in tx.client().query(&select, &[&clients, &keys]).await? {
+                        let (scope, answer) = answer_from_row(&row)?;
+                        existing.insert(scope, answer);
+                    }
+                }
+                on_executed();
+                tx.commit().await?;
+
+                Ok(batch
+                    .iter()
+                    .map(|w| {
+                        if inserted.contains(&w.transfer.id) {
+                            return WriteOutcome::Inserted;
+                        }
+                        let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
+                        existing
+                            .remove(&scope)
+                            .map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
+                    })
+                    .collect())
+            })
+            .await
     }
 
     /// Deletes up to `batch` expired key rows; returns how many went.
-    pub async fn delete_expired_keys(&self, batch: i64) -> Result<u64, StoreError> {
-        self.with_client(|client| async move {
-            let stmt = client.prepare_cached(DELETE_EXPIRED).await?;
-            Ok(client.execute(&stmt, &[&batch]).await?)
-        })
-        .await
+    pub async fn delete_expired(&self, batch: i64) -> Result<u64, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let stmt = client.prepare_cached(DELETE_EXPIRED).await?;
+                Ok(client.execute(&stmt, &[&batch]).await?)
+            })
+            .await
     }
 
     /// Expired key rows not yet deleted (counted up to `count_max`) and the
     /// age of the oldest in seconds (0 when none is).
-    pub async fn expired_key_backlog(&self, count_max: i64) -> Result<(i64, f64), StoreError> {
-        self.with_client(|client| async move {
-            let stmt = client.prepare_cached(EXPIRED_BACKLOG).await?;
-            let row = client.query_one(&stmt, &[&count_max]).await?;
-            Ok((row.get(0), row.get(1)))
-        })
-        .await
+    pub async fn expired_backlog(&self, count_max: i64) -> Result<(i64, f64), StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let stmt = client.prepare_cached(EXPIRED_BACKLOG).await?;
+                let row = client.query_one(&stmt, &[&count_max]).await?;
+                Ok((row.get(0), row.get(1)))
+            })
+            .await
     }
 }
 

@@ -22,10 +22,13 @@ use crate::config::DatabaseConfig;
 
 pub use clients::{Revocation, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 pub use keys::{
-    FlushLimits, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome, CREATED_STATUS,
+    FlushLimits, KeyStore, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome,
+    CREATED_STATUS,
 };
 pub use notify::Heard;
+pub use outbox::OutboxStore;
 pub use transfers::TransferPage;
+pub use webhooks::{DeliveryStore, EndpointStore, EventStore};
 
 /// Why a database operation did not complete. Callers answer all of these
 /// with `503 unavailable`: in each case nothing was stored.
@@ -185,6 +188,31 @@ impl Store {
             pool: build_pool(&self.pg_config, size, self.op_timeout, self.connect_timeout)?,
             ..self.clone()
         })
+    }
+
+    /// The idempotency keys' statements (the shards' flushes, the reaper).
+    pub fn keys(&self) -> KeyStore {
+        KeyStore(self.clone())
+    }
+
+    /// The outbox's statements (the relay, `payrail outbox`).
+    pub fn outbox(&self) -> OutboxStore {
+        OutboxStore(self.clone())
+    }
+
+    /// Webhook deliveries' statements (the delivery worker).
+    pub fn deliveries(&self) -> DeliveryStore {
+        DeliveryStore(self.clone())
+    }
+
+    /// Webhook endpoints' statements (the API, the reaper).
+    pub fn endpoints(&self) -> EndpointStore {
+        EndpointStore(self.clone())
+    }
+
+    /// Webhook events' statements (the API, the reaper).
+    pub fn events(&self) -> EventStore {
+        EventStore(self.clone())
     }
 
     /// Runs one operation on a connection of the write pool within `--db-timeout`.

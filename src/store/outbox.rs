@@ -159,48 +159,50 @@ WITH i AS (
 )
 SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
 
-impl Store {
+/// The outbox as its workers and operators see it: claim, settle, give
+/// back, list, retry, and the backlog figures.
+#[derive(Clone)]
+pub struct OutboxStore(pub(super) Store);
+
+impl OutboxStore {
     /// Claims up to `limit` due rows for `lease`.
-    pub async fn claim_outbox(
-        &self,
-        limit: i64,
-        lease: Duration,
-    ) -> Result<Vec<ClaimedRow>, StoreError> {
-        self.with_client(|client| async move {
-            let rows = queue::claim(&client, &CLAIM, limit, lease, &[]).await?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    let claim = Claim::of(r);
-                    let ambiguous: bool = r.get("ambiguous");
-                    assert!(
-                        ambiguous || !claim.reclaimed,
-                        "a row taken over without a recorded outcome is ambiguous"
-                    );
-                    ClaimedRow {
-                        payout: Payout {
-                            transfer_id: r.get("transfer_id"),
-                            account_owner: r.get("client_id"),
-                            amount: r.get("amount"),
-                            currency: r.get("currency"),
-                            source_account: r.get("source_account"),
-                            destination_account: r.get("destination_account"),
-                        },
-                        attempt: claim.attempt,
-                        budget_used: claim.budget_used,
-                        ambiguous,
-                    }
-                })
-                .collect())
-        })
-        .await
+    pub async fn claim(&self, limit: i64, lease: Duration) -> Result<Vec<ClaimedRow>, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let rows = queue::claim(&client, &CLAIM, limit, lease, &[]).await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| {
+                        let claim = Claim::of(r);
+                        let ambiguous: bool = r.get("ambiguous");
+                        assert!(
+                            ambiguous || !claim.reclaimed,
+                            "a row taken over without a recorded outcome is ambiguous"
+                        );
+                        ClaimedRow {
+                            payout: Payout {
+                                transfer_id: r.get("transfer_id"),
+                                account_owner: r.get("client_id"),
+                                amount: r.get("amount"),
+                                currency: r.get("currency"),
+                                source_account: r.get("source_account"),
+                                destination_account: r.get("destination_account"),
+                            },
+                            attempt: claim.attempt,
+                            budget_used: claim.budget_used,
+                            ambiguous,
+                        }
+                    })
+                    .collect())
+            })
+            .await
     }
 
     /// Records how the calls of a batch of claimed rows ended, in one
     /// transaction with their transfers' new statuses (two statements sent
     /// in one round trip) and the webhook events of the transfers that
     /// became final (a third, only when some did). A row appears at most once.
-    pub async fn settle_outbox_batch(
+    pub async fn settle(
         &self,
         batch: &[(ClaimedRow, Settlement)],
     ) -> Result<SettleReport, StoreError> {
@@ -219,72 +221,73 @@ impl Store {
             batch.len(),
             "a row appears at most once in a batch"
         );
-        self.with_client(|mut client| async move {
-            let tx = client.transaction().await?;
-            let final_stmt = tx.prepare_cached(SETTLE_FINAL).await?;
-            let finals_run = async {
-                if finals.id.is_empty() {
-                    return Ok(Vec::new());
-                }
-                tx.query(
-                    &final_stmt,
-                    &[
-                        &finals.id,
-                        &finals.attempt,
-                        &finals.status,
-                        &finals.reference,
-                        &finals.reason,
-                    ],
-                )
-                .await
-            };
-            let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
-            let later_run = later.run(&tx, &RESCHEDULE, &later_keys);
-            let (done, rescheduled) = futures::join!(finals_run, later_run);
-            let (done, rescheduled) = (done?, rescheduled?);
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let final_stmt = tx.prepare_cached(SETTLE_FINAL).await?;
+                let finals_run = async {
+                    if finals.id.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    tx.query(
+                        &final_stmt,
+                        &[
+                            &finals.id,
+                            &finals.attempt,
+                            &finals.status,
+                            &finals.reference,
+                            &finals.reason,
+                        ],
+                    )
+                    .await
+                };
+                let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
+                let later_run = later.run(&tx, &RESCHEDULE, &later_keys);
+                let (done, rescheduled) = futures::join!(finals_run, later_run);
+                let (done, rescheduled) = (done?, rescheduled?);
 
-            let mut held = std::collections::HashSet::with_capacity(batch.len());
-            let mut events = Vec::new();
-            for row in &done {
-                held.insert(row.get::<_, Uuid>("held"));
-                if row.get::<_, Option<Uuid>>("id").is_some() {
-                    let transfer = super::transfers::transfer_from_row(row)?;
-                    assert!(transfer.status.is_final(), "a settled transfer is final");
-                    events.push(NewEvent::of_final(&transfer));
+                let mut held = std::collections::HashSet::with_capacity(batch.len());
+                let mut events = Vec::new();
+                for row in &done {
+                    held.insert(row.get::<_, Uuid>("held"));
+                    if row.get::<_, Option<Uuid>>("id").is_some() {
+                        let transfer = super::transfers::transfer_from_row(row)?;
+                        assert!(transfer.status.is_final(), "a settled transfer is final");
+                        events.push(NewEvent::of_final(&transfer));
+                    }
                 }
-            }
-            let deliveries = super::webhooks::insert_events(&tx, &events).await?;
-            tx.commit().await?;
-            let finalized = events.iter().map(|e| e.transfer_id).collect();
-            for r in &rescheduled {
-                let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
-                let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
-                assert_eq!(
-                    claimed.map(|(c, _)| c.attempt),
-                    Some(attempts),
-                    "a settled row carries its claim's fencing token"
-                );
-                held.insert(id);
-            }
-            Ok(SettleReport {
-                held: batch
-                    .iter()
-                    .map(|(r, _)| held.contains(&r.payout.transfer_id))
-                    .collect(),
-                finalized,
-                deliveries,
+                let deliveries = super::webhooks::insert_events(&tx, &events).await?;
+                tx.commit().await?;
+                let finalized = events.iter().map(|e| e.transfer_id).collect();
+                for r in &rescheduled {
+                    let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
+                    let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
+                    assert_eq!(
+                        claimed.map(|(c, _)| c.attempt),
+                        Some(attempts),
+                        "a settled row carries its claim's fencing token"
+                    );
+                    held.insert(id);
+                }
+                Ok(SettleReport {
+                    held: batch
+                        .iter()
+                        .map(|(r, _)| held.contains(&r.payout.transfer_id))
+                        .collect(),
+                    finalized,
+                    deliveries,
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Outbox rows, oldest first; only dead ones with `dead_only`.
-    pub async fn outbox_entries(
+    pub async fn entries(
         &self,
         dead_only: bool,
         limit: i64,
     ) -> Result<Vec<OutboxEntry>, StoreError> {
-        self.with_client(|client| async move {
+        self.0.with_client(|client| async move {
             let rows = client
                 .query(
                     "SELECT transfer_id, attempts, available_at, locked_until, last_error, dead_at, ambiguous FROM outbox \
@@ -310,52 +313,55 @@ impl Store {
 
     /// Wakes the relays of every process listening on the outbox channel.
     pub async fn wake_relays(&self) -> Result<(), StoreError> {
-        self.with_client(|client| async move {
-            client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
-            Ok(())
-        })
-        .await
+        self.0
+            .with_client(|client| async move {
+                client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
+                Ok(())
+            })
+            .await
     }
 
     /// Puts a dead row back in line with a fresh attempt budget; false when
     /// no dead row has this id. The claim counter (the fencing token) is not
     /// lowered: a new budget starts from where it stands.
-    pub async fn retry_outbox(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
-        self.with_client(|client| async move {
-            let n = client
-                .execute(
-                    &format!(
-                        "UPDATE outbox q SET {}, locked_until = NULL \
+    pub async fn retry(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let n = client
+                    .execute(
+                        &format!(
+                            "UPDATE outbox q SET {}, locked_until = NULL \
                          WHERE transfer_id = $1 AND dead_at IS NOT NULL",
-                        OUTBOX.requeue_set()
-                    ),
-                    &[&transfer_id],
-                )
-                .await?;
-            if n == 1 {
-                client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
-            }
-            Ok(n == 1)
-        })
-        .await
+                            OUTBOX.requeue_set()
+                        ),
+                        &[&transfer_id],
+                    )
+                    .await?;
+                if n == 1 {
+                    client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
+                }
+                Ok(n == 1)
+            })
+            .await
     }
 
     /// Gives back rows this process claimed and never called (a shutdown's
     /// drain): due at once and without a lease, so the next claim does not
     /// take them for ambiguous, and the claim does not count against the
     /// retry budget. Each only while still held under its claim.
-    pub async fn release_outbox(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
+    pub async fn release(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
         let (ids, attempts): (Vec<Uuid>, Vec<i32>) = claims.iter().copied().unzip();
-        self.with_client(|client| async move {
-            let stmt = client.prepare_cached(&RELEASE).await?;
-            Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
-        })
-        .await
+        self.0
+            .with_client(|client| async move {
+                let stmt = client.prepare_cached(&RELEASE).await?;
+                Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
+            })
+            .await
     }
 
     /// Backlog, dead rows and the age of the oldest due row.
-    pub async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
-        self.with_client(|client| async move {
+    pub async fn stats(&self) -> Result<OutboxStats, StoreError> {
+        self.0.with_client(|client| async move {
             let row = client
                 .query_one(
                     "SELECT count(*) FILTER (WHERE dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL), \

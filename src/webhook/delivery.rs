@@ -17,7 +17,7 @@ use crate::domain::webhook::event_id_text;
 use crate::queue::worker::{QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
-use crate::store::{Store, StoreError};
+use crate::store::{DeliveryStore, Store, StoreError};
 
 /// What is recorded for an attempt.
 pub fn settlement_of(
@@ -92,7 +92,8 @@ async fn attempt(
 /// Webhook deliveries on the one queue: each claimed delivery is one
 /// signed attempt; what it answered is recorded.
 pub struct DeliveryWork {
-    store: Store,
+    /// The deliveries' statements only.
+    store: DeliveryStore,
     sender: Sender,
     limits: WebhookLimits,
 }
@@ -113,7 +114,7 @@ impl Work for DeliveryWork {
         let l = self.limits.clone();
         async move {
             store
-                .claim_deliveries(
+                .claim(
                     limit as i64,
                     l.lease,
                     l.endpoint_in_flight_max,
@@ -135,7 +136,7 @@ impl Work for DeliveryWork {
         batch: Vec<(ClaimedDelivery, DeliverySettlement)>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
-        async move { store.settle_deliveries(&batch).await }.boxed()
+        async move { store.settle(&batch).await }.boxed()
     }
 
     fn settle_failed(&self, row: &ClaimedDelivery, error: &StoreError) -> DeliverySettlement {
@@ -156,7 +157,7 @@ impl Work for DeliveryWork {
     fn release(&self, rows: Vec<ClaimedDelivery>) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         let claims: Vec<(Uuid, Uuid, i32)> = rows.iter().map(Self::claim_of).collect();
-        async move { store.release_deliveries(&claims).await.map(|_| ()) }.boxed()
+        async move { store.release(&claims).await.map(|_| ()) }.boxed()
     }
 
     fn due_again(outcome: &DeliverySettlement) -> Option<Duration> {
@@ -169,7 +170,7 @@ impl Work for DeliveryWork {
     fn report(&self) -> BoxFuture<'static, ()> {
         let store = self.store.clone();
         async move {
-            if let Ok(s) = store.webhook_stats().await {
+            if let Ok(s) = store.stats().await {
                 metrics::gauge!("payrail_webhook_backlog").set(s.backlog as f64);
                 metrics::gauge!("payrail_webhook_dead").set(s.dead as f64);
                 metrics::gauge!("payrail_webhook_oldest_due_age_seconds")
@@ -204,7 +205,7 @@ pub fn start(
     };
     Worker::start_in_arbiter(&arbiter.handle(), move |_| {
         let work = DeliveryWork {
-            store: store.clone(),
+            store: store.deliveries(),
             sender,
             limits,
         };

@@ -98,9 +98,15 @@ pub struct ServeConfig {
     /// How long an attempt waits for its key's write before `409 request-in-progress`.
     #[arg(long, env = "PAYRAIL_COALESCE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub coalesce_timeout: Duration,
-    /// Most new transfers written in one flush (one transaction).
-    #[arg(long, env = "PAYRAIL_MAX_BATCH", default_value_t = 256)]
-    pub max_batch: usize,
+    /// Most new transfers written in one flush (one transaction). Was
+    /// `--max-batch`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "max-batch",
+        env = "PAYRAIL_SHARD_BATCH_MAX",
+        default_value_t = 256
+    )]
+    pub shard_batch_max: usize,
     /// Flushes of one shard in flight at once. A new one starts only when
     /// the previous one has run its statements and waits for its COMMIT to
     /// be durable, so the two overlap without competing for Postgres's CPU.
@@ -176,16 +182,28 @@ pub struct ServeConfig {
     /// and endpoints deleted past --event-retention.
     #[arg(long, env = "PAYRAIL_REAPER_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,
-    /// Most rows the reaper deletes per statement.
-    #[arg(long, env = "PAYRAIL_REAPER_BATCH", default_value_t = 5000)]
-    pub reaper_batch: i64,
+    /// Most rows the reaper deletes per statement. Was `--reaper-batch`,
+    /// still accepted for one release.
+    #[arg(
+        long,
+        alias = "reaper-batch",
+        env = "PAYRAIL_REAPER_BATCH_MAX",
+        default_value_t = 5000
+    )]
+    pub reaper_batch_max: i64,
     /// Most reaper statements per tick and table, so one tick cannot hog
     /// the database. With the defaults the reaper deletes at most 1 000 000
     /// keys per 10 s tick: 100 000 keys/s, five times the peak create rate
     /// measured on 2 cores. A tick ends early once a statement finds fewer
-    /// rows than its batch.
-    #[arg(long, env = "PAYRAIL_REAPER_BATCHES_PER_TICK", default_value_t = 200)]
-    pub reaper_batches_per_tick: usize,
+    /// rows than its batch. Was `--reaper-batches-per-tick`, still accepted
+    /// for one release.
+    #[arg(
+        long,
+        alias = "reaper-batches-per-tick",
+        env = "PAYRAIL_REAPER_BATCHES_PER_TICK_MAX",
+        default_value_t = 200
+    )]
+    pub reaper_batches_per_tick_max: usize,
     /// On SIGTERM, how long the relay may take to finish the provider calls
     /// in flight and record their outcomes before the process exits (it
     /// claims nothing new meanwhile). A call cut off by the exit is not
@@ -281,24 +299,38 @@ pub struct RelayConfig {
     /// is posted again. It is also how long rows of a killed process wait.
     #[arg(long, env = "PAYRAIL_RELAY_LEASE", default_value = "45s", value_parser = humantime::parse_duration)]
     pub relay_lease: Duration,
-    /// Provider calls per retry budget before a row is dead-lettered
-    /// (`payrail outbox retry` starts a new budget).
-    #[arg(long, env = "PAYRAIL_MAX_ATTEMPTS", default_value_t = 20)]
-    pub max_attempts: i32,
+    /// The relay's provider calls per retry budget before a row is
+    /// dead-lettered (`payrail outbox retry` starts a new budget). Was
+    /// `--max-attempts`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "max-attempts",
+        env = "PAYRAIL_RELAY_ATTEMPTS_MAX",
+        default_value_t = 20
+    )]
+    pub relay_attempts_max: i32,
     /// Rows a flush may hand straight to this process's relay (claimed in
     /// the flush's own transaction) that are not yet settled. Past it new
     /// rows are written unclaimed and relays claim them from Postgres.
     #[arg(long, env = "PAYRAIL_RELAY_QUEUE", default_value_t = 4096)]
     pub relay_queue: usize,
-    /// Most provider outcomes settled in one transaction.
-    #[arg(long, env = "PAYRAIL_RELAY_SETTLE_BATCH", default_value_t = 256)]
-    pub relay_settle_batch: usize,
-    /// First retry delay; doubles per attempt up to the cap, with full jitter.
-    #[arg(long, env = "PAYRAIL_RETRY_BASE", default_value = "100ms", value_parser = humantime::parse_duration)]
-    pub retry_base: Duration,
-    /// Longest retry delay.
-    #[arg(long, env = "PAYRAIL_RETRY_CAP", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub retry_cap: Duration,
+    /// Most provider outcomes settled in one transaction. Was
+    /// `--relay-settle-batch`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "relay-settle-batch",
+        env = "PAYRAIL_RELAY_SETTLE_BATCH_MAX",
+        default_value_t = 256
+    )]
+    pub relay_settle_batch_max: usize,
+    /// The relay's first retry delay; doubles per attempt up to the cap,
+    /// with full jitter. Was `--retry-base`, still accepted for one release.
+    #[arg(long, alias = "retry-base", env = "PAYRAIL_RELAY_RETRY_BASE", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub relay_retry_base: Duration,
+    /// The relay's longest retry delay. Was `--retry-cap`, still accepted
+    /// for one release.
+    #[arg(long, alias = "retry-cap", env = "PAYRAIL_RELAY_RETRY_CAP", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub relay_retry_cap: Duration,
 }
 
 impl ServeConfig {
@@ -308,7 +340,7 @@ impl ServeConfig {
             ("--shards", self.shards),
             ("--http-workers", self.http_workers),
             ("--max-connections", self.max_connections),
-            ("--max-batch", self.max_batch),
+            ("--shard-batch-max", self.shard_batch_max),
             ("--shard-queue", self.shard_queue),
             ("--replay-cache", self.replay_cache),
             ("--auth-negative-cache", self.auth_negative_cache),
@@ -316,7 +348,10 @@ impl ServeConfig {
             ("--auth-db-pool-size", self.database.auth_db_pool_size),
             ("--relay-concurrency", self.relay.relay_concurrency),
             ("--relay-queue", self.relay.relay_queue),
-            ("--relay-settle-batch", self.relay.relay_settle_batch),
+            (
+                "--relay-settle-batch-max",
+                self.relay.relay_settle_batch_max,
+            ),
             ("--shard-flushes", self.shard_flushes),
             ("--shard-overlap-min", self.shard_overlap_min),
             ("--webhook-concurrency", self.webhooks.webhook_concurrency),
@@ -336,11 +371,15 @@ impl ServeConfig {
         }
         // A live call and its settlement must end before anyone may take the
         // row over, so that a takeover never overlaps a call in flight.
-        if self.relay.max_attempts < 1 {
-            return Err("--max-attempts must be at least 1".into());
+        if self.relay.relay_attempts_max < 1 {
+            return Err("--relay-attempts-max must be at least 1".into());
         }
-        if self.relay.retry_cap.is_zero() || self.relay.retry_base > self.relay.retry_cap {
-            return Err("--retry-base must be at most --retry-cap, which is above 0".into());
+        if self.relay.relay_retry_cap.is_zero()
+            || self.relay.relay_retry_base > self.relay.relay_retry_cap
+        {
+            return Err(
+                "--relay-retry-base must be at most --relay-retry-cap, which is above 0".into(),
+            );
         }
         let relay = crate::relay::RelayLimits::from(self);
         if relay.call_window().is_none() {
@@ -369,8 +408,8 @@ impl ServeConfig {
         if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
             return Err("--webhook-retry-scale must be above 0 and at most 1000".into());
         }
-        if self.reaper_batch < 1 {
-            return Err("--reaper-batch must be at least 1".into());
+        if self.reaper_batch_max < 1 {
+            return Err("--reaper-batch-max must be at least 1".into());
         }
         // 0 would turn idempotency off (or delete events at once) without a
         // word; a huge value would overflow timestamps. Both are mistakes,
@@ -384,5 +423,69 @@ impl ServeConfig {
             return Err("--relay-wake-interval must be below --relay-poll".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    fn parse(flags: &[&str]) -> super::ServeConfig {
+        let mut args = vec!["--database-url", "postgres://x@127.0.0.1/db"];
+        args.extend_from_slice(flags);
+        crate::cli::serve_config(args).expect("valid flags")
+    }
+
+    #[test]
+    fn renamed_flags_keep_their_old_spelling_for_one_release() {
+        let old = parse(&[
+            "--max-batch",
+            "7",
+            "--max-attempts",
+            "4",
+            "--retry-base",
+            "10ms",
+            "--retry-cap",
+            "2s",
+            "--relay-settle-batch",
+            "9",
+            "--reaper-batch",
+            "11",
+            "--reaper-batches-per-tick",
+            "13",
+        ]);
+        let new = parse(&[
+            "--shard-batch-max",
+            "7",
+            "--relay-attempts-max",
+            "4",
+            "--relay-retry-base",
+            "10ms",
+            "--relay-retry-cap",
+            "2s",
+            "--relay-settle-batch-max",
+            "9",
+            "--reaper-batch-max",
+            "11",
+            "--reaper-batches-per-tick-max",
+            "13",
+        ]);
+        for c in [old, new] {
+            assert_eq!(c.shard_batch_max, 7);
+            assert_eq!(c.relay.relay_attempts_max, 4);
+            assert_eq!(c.relay.relay_retry_base, Duration::from_millis(10));
+            assert_eq!(c.relay.relay_retry_cap, Duration::from_secs(2));
+            assert_eq!(c.relay.relay_settle_batch_max, 9);
+            assert_eq!(c.reaper_batch_max, 11);
+            assert_eq!(c.reaper_batches_per_tick_max, 13);
+        }
+    }
+
+    #[test]
+    fn a_lease_too_short_for_a_lookup_a_call_and_the_settlement_is_refused() {
+        let short = parse(&["--relay-lease", "20s"]);
+        let err = short.validate().unwrap_err();
+        assert!(err.contains("--relay-lease"), "{err}");
+        assert!(parse(&[]).validate().is_ok(), "the defaults fit");
     }
 }

@@ -34,8 +34,8 @@ impl From<&crate::config::ServeConfig> for ReaperLimits {
     fn from(config: &crate::config::ServeConfig) -> Self {
         Self {
             interval: config.reaper_interval,
-            batch_rows_max: config.reaper_batch,
-            batches_per_tick_max: config.reaper_batches_per_tick,
+            batch_rows_max: config.reaper_batch_max,
+            batches_per_tick_max: config.reaper_batches_per_tick_max,
             event_retention: config.event_retention,
         }
     }

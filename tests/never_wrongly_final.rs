@@ -37,9 +37,9 @@ async fn serve(db: &str, provider: &str, tag: &str, extra: &[&str]) -> ServeProc
         "13s",
         "--relay-poll",
         "100ms",
-        "--retry-base",
+        "--relay-retry-base",
         "20ms",
-        "--retry-cap",
+        "--relay-retry-cap",
         "200ms",
     ];
     flags.extend_from_slice(extra);
@@ -155,7 +155,7 @@ async fn a_wrong_provider_url_parks_payouts_and_finalizes_none() {
     .await;
     let db = fresh_database().await;
     // One attempt only, so the row is dead-lettered with the outcome unknown.
-    let mut right = serve(&db, &sim.url(), "url-right", &["--max-attempts", "1"]).await;
+    let mut right = serve(&db, &sim.url(), "url-right", &["--relay-attempts-max", "1"]).await;
     let key = new_client_key(&db).await;
     let executed = create_via(&right.base, &key).await;
     let conn = connect(&db).await;
@@ -180,7 +180,7 @@ async fn a_wrong_provider_url_parks_payouts_and_finalizes_none() {
     // and the operator retries the dead row there.
     let (gateway, gateway_handle) =
         answering(404, "text/html", "<html><body>404 Not Found</body></html>").await;
-    let wrong = serve(&db, &gateway, "url-wrong", &["--max-attempts", "3"]).await;
+    let wrong = serve(&db, &gateway, "url-wrong", &["--relay-attempts-max", "3"]).await;
     let store = payrail::store::Store::connect(
         &payrail::cli::serve_config(["--database-url", db.as_str()])
             .unwrap()

@@ -131,7 +131,12 @@ async fn transient_failures_are_retried_no_sooner_than_retry_after() {
         ..SimArgs::default()
     })
     .await;
-    let app = spawn_relaying(&fresh_database().await, &sim.url(), &["--retry-cap", "5s"]).await;
+    let app = spawn_relaying(
+        &fresh_database().await,
+        &sim.url(),
+        &["--relay-retry-cap", "5s"],
+    )
+    .await;
     let id = app.create_transfers(1, &transfer_body()).await.remove(0);
     let db = app.db().await;
 
@@ -180,7 +185,7 @@ async fn under_provider_faults_every_transfer_executes_exactly_once() {
     let app = spawn_relaying(
         &fresh_database().await,
         &sim.url(),
-        &["--retry-cap", "200ms"],
+        &["--relay-retry-cap", "200ms"],
     )
     .await;
     app.create_transfers(500, &transfer_body()).await;
@@ -305,7 +310,7 @@ async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
     let app = spawn_relaying(
         &db,
         &broken.url(),
-        &["--max-attempts", "3", "--retry-cap", "50ms"],
+        &["--relay-attempts-max", "3", "--relay-retry-cap", "50ms"],
     )
     .await;
     let id = app.create_transfers(1, &transfer_body()).await.remove(0);
@@ -320,7 +325,7 @@ async fn a_dead_letter_waits_for_an_operator_and_then_succeeds() {
     assert_eq!(
         sim_stats(&broken).await.requests,
         3,
-        "exactly --max-attempts calls"
+        "exactly --relay-attempts-max calls"
     );
     assert_eq!(&app.transfer(&id).await["status"], "pending");
 

@@ -22,7 +22,7 @@ fn webhook_flags(provider_url: &str, timeout: &str, lease: &str) -> Vec<String> 
         provider_url,
         "--relay-poll",
         "200ms",
-        "--retry-base",
+        "--relay-retry-base",
         "20ms",
         "--provider-timeout",
         "2s",

@@ -59,23 +59,23 @@ impl HeldCount for HandoffCount {
 pub struct Handoff {
     relay: Addr<Relay>,
     count: Arc<HandoffCount>,
-    count_max: usize,
+    relay_queue: usize,
     lease: Duration,
 }
 
 impl Handoff {
-    /// A handoff to `relay`, holding at most `count_max` rows at once.
+    /// A handoff to `relay`, holding at most `relay_queue` rows at once.
     pub fn new(
         relay: Addr<Relay>,
         count: Arc<HandoffCount>,
-        count_max: usize,
+        relay_queue: usize,
         lease: Duration,
     ) -> Self {
-        assert!(count_max > 0);
+        assert!(relay_queue > 0);
         Self {
             relay,
             count,
-            count_max,
+            relay_queue,
             lease,
         }
     }
@@ -88,7 +88,7 @@ impl Handoff {
     /// Reserves room for a flush of `n` rows; false when the relay already
     /// holds too many (the flush then writes them unclaimed).
     pub fn try_reserve(&self, n: usize) -> bool {
-        self.count.try_reserve(n, self.count_max)
+        self.count.try_reserve(n, self.relay_queue)
     }
 
     /// Gives back reserved room for rows that were not written.

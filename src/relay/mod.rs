@@ -102,8 +102,8 @@ pub struct RelayLimits {
     pub poll_interval: Duration,
     /// How long a claim holds a row.
     pub lease: Duration,
-    /// Backoff and retry budget (`--retry-base`, `--retry-cap`,
-    /// `--max-attempts`).
+    /// Backoff and retry budget (`--relay-retry-base`, `--relay-retry-cap`,
+    /// `--relay-attempts-max`).
     pub retry: RetryPolicy,
     /// Bound on one provider call.
     pub provider_timeout: Duration,
@@ -120,10 +120,14 @@ impl From<&ServeConfig> for RelayLimits {
             concurrency_max: r.relay_concurrency,
             poll_interval: r.relay_poll,
             lease: r.relay_lease,
-            retry: RetryPolicy::exponential(r.retry_base, r.retry_cap, r.max_attempts),
+            retry: RetryPolicy::exponential(
+                r.relay_retry_base,
+                r.relay_retry_cap,
+                r.relay_attempts_max,
+            ),
             provider_timeout: r.provider_timeout,
             settle_timeout: config.database.db_timeout,
-            settle_batch_max: r.relay_settle_batch,
+            settle_batch_max: r.relay_settle_batch_max,
         }
     }
 }

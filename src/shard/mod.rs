@@ -21,7 +21,7 @@ pub use cache::{CachedAnswer, ReplayCache, Scope};
 impl From<&crate::config::ServeConfig> for ShardLimits {
     fn from(config: &crate::config::ServeConfig) -> Self {
         Self {
-            batch_size_max: config.max_batch,
+            batch_size_max: config.shard_batch_max,
             queue_len_max: config.shard_queue,
             cache_entries_max: config.replay_cache,
             flushes_in_flight_max: config.shard_flushes,

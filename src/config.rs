@@ -232,7 +232,7 @@ pub struct WebhookConfig {
     #[arg(long, env = "PAYRAIL_WEBHOOK_ALLOW_PRIVATE")]
     pub webhook_allow_private: bool,
     /// Delivery attempts in flight at once per process.
-    #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 32)]
+    #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 64)]
     pub webhook_concurrency: usize,
     /// How long a claimed delivery is held; must exceed --webhook-timeout
     /// plus --db-timeout, so no takeover overlaps a live attempt.
@@ -251,12 +251,12 @@ pub struct WebhookConfig {
     pub webhook_response_bytes: usize,
     /// Most attempts in flight to one endpoint at once, over every process.
     /// A receiver that hangs holds this many slots until they time out,
-    /// never everyone's. It also bounds one endpoint's throughput: 8 in
-    /// flight to a receiver answering in 2 ms is 4 000 deliveries/s.
+    /// never everyone's. It also bounds one endpoint's throughput: 16 in
+    /// flight to a receiver answering in 2 ms is 8 000 deliveries/s.
     #[arg(
         long,
         env = "PAYRAIL_WEBHOOK_ENDPOINT_IN_FLIGHT_MAX",
-        default_value_t = 8
+        default_value_t = 16
     )]
     pub webhook_endpoint_in_flight_max: i64,
     /// Most attempts in flight to one client's endpoints at once, over every
@@ -265,7 +265,7 @@ pub struct WebhookConfig {
     #[arg(
         long,
         env = "PAYRAIL_WEBHOOK_CLIENT_IN_FLIGHT_MAX",
-        default_value_t = 16
+        default_value_t = 32
     )]
     pub webhook_client_in_flight_max: i64,
 }

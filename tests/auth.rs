@@ -120,16 +120,10 @@ async fn idempotency_keys_are_scoped_per_client() {
     assert_eq!(app.count("transfers").await, 2);
 }
 
-#[actix_web::test]
-async fn a_revoked_key_is_refused_at_once_by_every_process() {
-    // Two processes on one database, each with the key in its auth cache.
-    let app = spawn_app().await;
-    let other = spawn_app_with(&app.database_url, &[])
-        .await
-        .acting_for(&app);
-    let db = app.db().await;
-    wait_for("both revocation listeners", Duration::from_secs(10), || async {
-        let n: i64 = db
+/// Waits until `n` connections listen for revocations on this database.
+async fn wait_for_revocation_listeners(db: &tokio_postgres::Client, n: i64) {
+    wait_for("the revocation listeners", Duration::from_secs(10), || async {
+        let listening: i64 = db
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail-listen-payrail_revoked' \
                  AND datname = current_database()",
@@ -138,9 +132,20 @@ async fn a_revoked_key_is_refused_at_once_by_every_process() {
             .await
             .unwrap()
             .get(0);
-        n == 2
+        listening == n
     })
     .await;
+}
+
+#[actix_web::test]
+async fn a_revoked_key_is_refused_at_once_by_every_process() {
+    // Two processes on one database, each with the key in its auth cache.
+    let app = spawn_app().await;
+    let other = spawn_app_with(&app.database_url, &[])
+        .await
+        .acting_for(&app);
+    let db = app.db().await;
+    wait_for_revocation_listeners(&db, 2).await;
     for process in [&app, &other] {
         for _ in 0..2 {
             assert_eq!(process.get("/transfers").await.status(), StatusCode::OK);
@@ -186,19 +191,7 @@ async fn an_acknowledgement_counts_only_for_the_listener_that_sent_it() {
         .batch_execute("LISTEN payrail_revoked")
         .await
         .unwrap();
-    wait_for("both listeners", Duration::from_secs(10), || async {
-        let n: i64 = db
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail-listen-payrail_revoked' \
-                 AND datname = current_database()",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n == 2
-    })
-    .await;
+    wait_for_revocation_listeners(&db, 2).await;
     let hash = payrail::domain::ApiKey::from_presented(&app.api_key).hash();
     let echo = hex::encode(hash.0);
     let stray = app.db().await;

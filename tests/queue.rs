@@ -50,6 +50,15 @@ fn final_as(status: TransferStatus) -> Settlement {
     }
 }
 
+async fn nothing_due(app: &TestApp) -> bool {
+    app.store
+        .outbox()
+        .claim(10, LEASE)
+        .await
+        .unwrap()
+        .is_empty()
+}
+
 async fn claim_one(app: &TestApp) -> ClaimedRow {
     let mut rows = app.store.outbox().claim(10, LEASE).await.unwrap();
     assert_eq!(rows.len(), 1, "one row is due");
@@ -64,15 +73,7 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
         (first.attempt, first.budget_used, first.ambiguous),
         (1, 1, false)
     );
-    assert!(
-        app.store
-            .outbox()
-            .claim(10, LEASE)
-            .await
-            .unwrap()
-            .is_empty(),
-        "held rows are not claimed twice"
-    );
+    assert!(nothing_due(&app).await, "held rows are not claimed twice");
 
     // The holder vanished without recording anything; its lease ran out.
     expire_leases(&app).await;
@@ -123,15 +124,7 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
         .settle(&[(first.clone(), dead)])
         .await
         .unwrap();
-    assert!(
-        app.store
-            .outbox()
-            .claim(10, LEASE)
-            .await
-            .unwrap()
-            .is_empty(),
-        "dead rows wait"
-    );
+    assert!(nothing_due(&app).await, "dead rows wait");
     assert!(app
         .store
         .outbox()

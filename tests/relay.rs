@@ -53,6 +53,16 @@ async fn relay_until_all_succeed(
     (app, stats)
 }
 
+/// provider-sim's own record of the payout of transfer `id`.
+async fn provider_record(sim: &SimServer, id: &str) -> Value {
+    reqwest::get(format!("{}/payouts/{id}", sim.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[actix_web::test]
 async fn an_executed_payout_makes_the_transfer_succeed_with_the_reference() {
     let sim = spawn_sim(SimArgs::default()).await;
@@ -72,12 +82,7 @@ async fn an_executed_payout_makes_the_transfer_succeed_with_the_reference() {
         0,
         "the row completes with the status"
     );
-    let record: Value = reqwest::get(format!("{}/payouts/{id}", sim.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = provider_record(&sim, &id).await;
     assert_eq!(record["amount"], 1500);
     assert_eq!(record["destination_account"], "acc_bob");
     assert_eq!(sim_stats(&sim).await.executions, 1);
@@ -448,12 +453,7 @@ async fn every_payout_names_its_owner_so_no_client_debits_anothers_account() {
     })
     .await;
     for (id, owner) in [(&mine, app.client_id), (&theirs, other_client)] {
-        let record: Value = reqwest::get(format!("{}/payouts/{id}", sim.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let record = provider_record(&sim, id).await;
         assert_eq!(record["source_account"], "acc_alice");
         assert_eq!(
             record["account_owner"],

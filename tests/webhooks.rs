@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::receiver::{signature_is_valid, Mode, Receiver};
 use common::{
-    assert_problem, create_via, fresh_database, new_client_key, new_key, spawn_app_with, spawn_sim,
-    transfer_body, wait_for, ServeProcess, TestApp,
+    assert_problem, create_via, fresh_database, new_client_key, new_key, relay_flags,
+    spawn_app_with, spawn_sim, transfer_body, wait_for, ServeProcess, TestApp,
 };
 use payrail::sim::SimArgs;
 use reqwest::StatusCode;
@@ -17,29 +17,24 @@ use serde_json::{json, Value};
 /// Fast relay and a schedule scaled down 10 000 times (5 s becomes 0.5 ms,
 /// the whole schedule about 10 s).
 fn webhook_flags(provider_url: &str, timeout: &str, lease: &str) -> Vec<String> {
-    [
-        "--provider-url",
-        provider_url,
-        "--relay-poll",
-        "200ms",
-        "--relay-retry-base",
-        "20ms",
-        "--provider-timeout",
-        "2s",
-        "--webhook-allow-private",
-        "--webhook-retry-scale",
-        "0.0001",
-        "--webhook-poll",
-        "100ms",
-        "--webhook-timeout",
-        timeout,
-        "--db-timeout",
-        "2s",
-        "--webhook-lease",
-        lease,
-    ]
-    .map(String::from)
-    .to_vec()
+    let mut flags = relay_flags(provider_url);
+    flags.extend(
+        [
+            "--webhook-allow-private",
+            "--webhook-retry-scale",
+            "0.0001",
+            "--webhook-poll",
+            "100ms",
+            "--webhook-timeout",
+            timeout,
+            "--db-timeout",
+            "2s",
+            "--webhook-lease",
+            lease,
+        ]
+        .map(String::from),
+    );
+    flags
 }
 
 async fn spawn(provider_url: &str, extra: &[&str]) -> TestApp {

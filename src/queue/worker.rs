@@ -76,6 +76,12 @@ pub trait Work: Unpin + 'static {
     const QUEUE: QueueName;
     /// The channel NOTIFYed when rows fall due.
     const CHANNEL: &'static str;
+    /// Claim again after every settlement, not only after a full claim or
+    /// a wake: for a queue whose claims come back short while rows are
+    /// still due (a fair queue's shares). A queue whose due rows mostly
+    /// arrive in memory or by NOTIFY leaves it off, so that an idle claim
+    /// does not scan the rows it already holds.
+    const CLAIM_AFTER_SETTLING: bool;
 
     /// The row's key and claim number: one live claim per key.
     fn claim_of(row: &Self::Row) -> (uuid::Uuid, uuid::Uuid, i32);
@@ -340,6 +346,9 @@ impl<W: Work> Worker<W> {
             }
             if let Some(due) = next {
                 w.wake_after(due, ctx);
+            }
+            if W::CLAIM_AFTER_SETTLING {
+                w.more_due = true;
             }
             w.settle(ctx);
             w.pump(ctx);

@@ -42,6 +42,9 @@ impl Work for OutboxWork {
 
     const QUEUE: QueueName = QueueName::Outbox;
     const CHANNEL: &'static str = OUTBOX_CHANNEL;
+    // Rows come handed over from flushes or announced by NOTIFY; a claim
+    // after every settlement would scan the rows held in flight.
+    const CLAIM_AFTER_SETTLING: bool = false;
 
     fn claim_of(row: &ClaimedRow) -> (Uuid, Uuid, i32) {
         (row.payout.transfer_id, Uuid::nil(), row.attempt)

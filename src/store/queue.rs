@@ -183,30 +183,37 @@ impl QueueTable {
         )
     }
 
+    /// The `UNNEST` of a statement's inputs: one array per key column, then
+    /// one per `(name, type)` of `rest`, numbered from `$1`, and the names
+    /// of the columns it yields.
+    fn unnest(&self, rest: &[(&str, &str)]) -> (String, String) {
+        let columns: Vec<(&str, &str)> = self
+            .key
+            .iter()
+            .copied()
+            .chain(rest.iter().copied())
+            .collect();
+        let inputs: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
+            .collect();
+        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+        (inputs.join(", "), names.join(", "))
+    }
+
     /// Retries and dead letters of a batch, each written only where the row
     /// still carries its claim's number. Inputs: the key columns, then
     /// attempt, delay (s), error, dead, and the extra column.
     pub fn reschedule_sql(&self) -> String {
         let (extra_name, extra_type, extra_set) = self.reschedule_extra;
-        let n = self.key.len();
-        let inputs: Vec<String> = self
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
-            .chain(
-                ["int4", "float8", "text", "bool", extra_type]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, ty)| format!("${}::{ty}[]", n + i + 1)),
-            )
-            .collect();
-        let names: Vec<&str> = self
-            .key
-            .iter()
-            .map(|(k, _)| *k)
-            .chain(["attempt", "delay", "error", "dead", extra_name])
-            .collect();
+        let (inputs, names) = self.unnest(&[
+            ("attempt", "int4"),
+            ("delay", "float8"),
+            ("error", "text"),
+            ("dead", "bool"),
+            (extra_name, extra_type),
+        ]);
         format!(
             "UPDATE {t} q SET
     {due} = now() + make_interval(secs => i.delay),
@@ -219,8 +226,6 @@ WHERE {imatch} AND q.attempts = i.attempt
 RETURNING {qkeys}, q.attempts",
             t = self.table,
             due = self.due,
-            inputs = inputs.join(", "),
-            names = names.join(", "),
             imatch = self.key_match("q", "i"),
             qkeys = self.keys("q"),
         )
@@ -232,28 +237,13 @@ RETURNING {qkeys}, q.attempts",
     /// only while still held under its claim. Inputs: the key columns, then
     /// the claim's attempt.
     pub fn release_sql(&self) -> String {
-        let n = self.key.len();
-        let inputs: Vec<String> = self
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
-            .chain([format!("${}::int4[]", n + 1)])
-            .collect();
-        let names: Vec<&str> = self
-            .key
-            .iter()
-            .map(|(k, _)| *k)
-            .chain(["attempt"])
-            .collect();
+        let (inputs, names) = self.unnest(&[("attempt", "int4")]);
         format!(
             "UPDATE {t} q SET locked_until = NULL, {due} = now(), attempts_base = q.attempts_base + 1
 FROM UNNEST({inputs}) AS i({names})
 WHERE {imatch} AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
             t = self.table,
             due = self.due,
-            inputs = inputs.join(", "),
-            names = names.join(", "),
             imatch = self.key_match("q", "i"),
         )
     }

@@ -104,6 +104,9 @@ impl Work for DeliveryWork {
 
     const QUEUE: QueueName = QueueName::Webhooks;
     const CHANNEL: &'static str = WEBHOOK_CHANNEL;
+    // A fair claim comes back short while one endpoint's deliveries wait
+    // for their share: free slots are claimed for as soon as any settle.
+    const CLAIM_AFTER_SETTLING: bool = true;
 
     fn claim_of(row: &ClaimedDelivery) -> (Uuid, Uuid, i32) {
         (row.event_id, row.endpoint_id, row.attempt)

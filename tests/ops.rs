@@ -95,6 +95,35 @@ async fn the_openapi_document_describes_the_api() {
             "POST /transfers {status}"
         );
     }
+    // Every authenticated operation documents the answers they all share,
+    // with the headers that come with them.
+    let mut authenticated = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if op.get("security").is_none() {
+                continue;
+            }
+            authenticated += 1;
+            let r = &op["responses"];
+            assert!(
+                r["401"]["headers"]["WWW-Authenticate"]["required"] == true,
+                "{method} {path} 401"
+            );
+            assert!(
+                r["429"]["headers"]["Retry-After"]["required"] == true,
+                "{method} {path} 429"
+            );
+            assert!(
+                r["503"]["headers"]["Retry-After"]["required"] == true,
+                "{method} {path} 503"
+            );
+            assert!(
+                r["401"]["content"]["application/problem+json"].is_object(),
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(authenticated, 9, "nine operations need an API key");
     let schema = &doc["components"]["schemas"]["TransferView"]["properties"];
     for field in [
         "id",

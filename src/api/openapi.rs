@@ -44,12 +44,58 @@ pub struct ApiDoc;
 /// [`document`] adds it.
 const ALWAYS_SENT_HEADERS: [&str; 3] = ["Location", "Retry-After", "WWW-Authenticate"];
 
-/// The document as served: [`ApiDoc`] plus what utoipa's header object cannot
-/// say: `required: true` on the response headers that are always sent, so
-/// that clients (and conformance tests) may rely on them, and the one value
-/// of `Idempotent-Replayed`.
+/// The answers every authenticated operation can give, documented once:
+/// added by [`document`] to each operation that requires a bearer key,
+/// unless the operation documents that status itself.
+fn authenticated_responses() -> Value {
+    let problem = serde_json::json!({
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+    });
+    let header = |description: &str| serde_json::json!({"schema": {"type": "integer", "format": "int32", "minimum": 0}, "description": description});
+    serde_json::json!({
+        "401": {
+            "description": "unauthorized: missing, unknown or revoked API key",
+            "content": problem,
+            "headers": {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "`Bearer`"}},
+        },
+        "429": {
+            "description": "rate-limited",
+            "content": problem,
+            "headers": {"Retry-After": header("Seconds until the client's budget has room again")},
+        },
+        "503": {
+            "description": "unavailable (Postgres failing) or overloaded (load shed)",
+            "content": problem,
+            "headers": {"Retry-After": header("Seconds to wait before retrying")},
+        },
+    })
+}
+
+/// The document as served: [`ApiDoc`] plus the answers every authenticated
+/// operation shares, and what utoipa's header object cannot say:
+/// `required: true` on the response headers that are always sent, so that
+/// clients (and conformance tests) may rely on them, and the one value of
+/// `Idempotent-Replayed`.
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+    let shared = authenticated_responses();
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+            for op in operation.values_mut().filter_map(Value::as_object_mut) {
+                if !op.contains_key("security") {
+                    continue;
+                }
+                let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                for (status, response) in shared.as_object().into_iter().flatten() {
+                    responses
+                        .entry(status.clone())
+                        .or_insert_with(|| response.clone());
+                }
+            }
+        }
+    }
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
         for operation in paths.values_mut().filter_map(Value::as_object_mut) {
             for op in operation.values_mut() {

@@ -26,16 +26,12 @@ use crate::store::{KeyWrite, StoredAnswer};
         (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, the stored first answer, byte for byte)", body = TransferView, content_type = "application/json",
             headers(("Location" = String, description = "`/transfers/{id}`"), ("Idempotent-Replayed" = String, description = "`true` on a replay; absent on the first answer"))),
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 408, description = "request-timeout: the body did not arrive within the client request timeout", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 409, description = "request-in-progress: the first attempt with this key is still being written past the coalesce timeout", body = crate::api::problem::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key"))),
         (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: Content-Type is not application/json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed (with `errors`) or idempotency-key-reused", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
         (status = 503, description = "unavailable (Postgres failing; nothing stored, unless the connection broke during COMMIT: retry with the same Idempotency-Key to learn the outcome) or overloaded (load shed)", body = crate::api::problem::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key"))),
     ),
@@ -108,13 +104,7 @@ fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
     params(("id" = String, Path, description = "Transfer id (a UUID). Any other text, or another client's id, answers 404 like an unknown id.")),
     responses(
         (status = 200, body = TransferView, content_type = "application/json"),
-        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "not-found (also for another client's transfer)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -158,13 +148,7 @@ pub struct TransferList {
     ),
     responses(
         (status = 200, body = TransferList, content_type = "application/json"),
-        (status = 401, description = "unauthorized: missing, unknown or revoked API key", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 422, description = "validation-failed: bad `limit` or `starting_after` (with `errors`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

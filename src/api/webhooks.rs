@@ -204,16 +204,10 @@ pub struct Redelivery {
     responses(
         (status = 201, description = "Registered; `secret` is shown only here", body = CreatedEndpoint, content_type = "application/json"),
         (status = 400, description = "malformed-json", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 408, description = "request-timeout", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload-too-large", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type", body = crate::api::problem::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed (naming `url` or `description`), or webhook-endpoint-limit: the client has the most endpoints allowed (10 by default)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -257,12 +251,6 @@ pub async fn create_endpoint(
     get, path = "/webhook_endpoints", tag = "webhooks",
     responses(
         (status = 200, body = EndpointList, content_type = "application/json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -282,13 +270,7 @@ pub async fn list_endpoints(
     params(("id" = String, Path, description = "Endpoint id. Any other text, or another client's id, answers 404.")),
     responses(
         (status = 204, description = "Deleted; its pending deliveries are dead"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "not-found (also for another client's endpoint)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -311,13 +293,7 @@ pub async fn delete_endpoint(
     params(("id" = String, Path, description = "Endpoint id. Any other text, or another client's id, answers 404.")),
     responses(
         (status = 200, body = RotatedSecret, content_type = "application/json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "not-found", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -361,13 +337,7 @@ struct EventQuery {
     ),
     responses(
         (status = 200, body = EventList, content_type = "application/json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 422, description = "validation-failed: a bad query value (with `errors`)", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -430,13 +400,7 @@ pub async fn list_events(
     params(("id" = String, Path, description = "Event id (`evt_<uuid>`). Any other text, or another client's id, answers 404.")),
     responses(
         (status = 202, description = "Due now", body = Redelivery, content_type = "application/json"),
-        (status = 401, description = "unauthorized", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "not-found", body = crate::api::problem::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds until the client's budget has room again"))),
-        (status = 503, description = "unavailable", body = crate::api::problem::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

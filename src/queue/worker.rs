@@ -148,6 +148,33 @@ pub trait HeldCount: Send + Sync + 'static {
     fn release(&self, n: usize);
 }
 
+/// A worker's metrics, registered once with its queue's label.
+#[derive(Clone)]
+struct QueueMetrics {
+    claim_size: metrics::Histogram,
+    claims_expired: metrics::Counter,
+    settle_batch_size: metrics::Histogram,
+    settle_seconds: metrics::Histogram,
+    settle_failures: metrics::Counter,
+    held_rows: metrics::Gauge,
+    handed_over: metrics::Counter,
+}
+
+impl QueueMetrics {
+    fn new(queue: QueueName) -> Self {
+        let q = queue.as_str();
+        Self {
+            claim_size: metrics::histogram!("payrail_queue_claim_size", "queue" => q),
+            claims_expired: metrics::counter!("payrail_queue_claims_expired_total", "queue" => q),
+            settle_batch_size: metrics::histogram!("payrail_queue_settle_batch_size", "queue" => q),
+            settle_seconds: metrics::histogram!("payrail_queue_settle_seconds", "queue" => q),
+            settle_failures: metrics::counter!("payrail_queue_settle_failures_total", "queue" => q),
+            held_rows: metrics::gauge!("payrail_queue_held_rows", "queue" => q),
+            handed_over: metrics::counter!("payrail_queue_handed_over_total", "queue" => q),
+        }
+    }
+}
+
 /// A row this worker holds, and where the claim came from.
 struct Held<R> {
     row: R,
@@ -161,6 +188,7 @@ pub struct Worker<W: Work> {
     work: Arc<W>,
     store: Store,
     limits: WorkerLimits,
+    metrics: QueueMetrics,
     handed_over: Option<Arc<dyn HeldCount>>,
     /// Claimed rows waiting for a slot.
     pending: VecDeque<Held<W::Row>>,
@@ -194,6 +222,7 @@ impl<W: Work> Worker<W> {
             work: Arc::new(work),
             store,
             limits,
+            metrics: QueueMetrics::new(W::QUEUE),
             handed_over,
             pending: VecDeque::new(),
             in_flight: 0,
@@ -234,8 +263,7 @@ impl<W: Work> Worker<W> {
             match claimed {
                 Ok(rows) => {
                     assert!(rows.len() <= room, "a claim never returns more than asked");
-                    metrics::histogram!("payrail_queue_claim_size", "queue" => w.queue())
-                        .record(rows.len() as f64);
+                    w.metrics.claim_size.record(rows.len() as f64);
                     // A full claim means more rows are probably due.
                     if rows.len() == room {
                         w.more_due = true;
@@ -269,8 +297,7 @@ impl<W: Work> Worker<W> {
             if held.claimed_at.elapsed() >= self.limits.call_window {
                 // Too late to finish within the lease: leave the row to its
                 // lease, so that no two workers ever overlap on it.
-                metrics::counter!("payrail_queue_claims_expired_total", "queue" => self.queue())
-                    .increment(1);
+                self.metrics.claims_expired.increment(1);
                 tracing::warn!(
                     queue = self.queue(),
                     "claim too old to start; left to its lease"
@@ -324,17 +351,18 @@ impl<W: Work> Worker<W> {
             }
         }
         self.settling = true;
-        metrics::histogram!("payrail_queue_settle_batch_size", "queue" => self.queue())
-            .record(batch.len() as f64);
+        self.metrics.settle_batch_size.record(batch.len() as f64);
         let rows: Vec<(W::Row, W::Outcome)> = batch
             .iter()
             .map(|(h, o)| (h.row.clone(), o.clone()))
             .collect();
         let started = Instant::now();
         let work = self.work.clone();
-        let settled = async move { settle_with_fallback(work.as_ref(), rows).await };
+        let failures = self.metrics.settle_failures.clone();
+        let settled = async move { settle_with_fallback(work.as_ref(), rows, &failures).await };
         ctx.spawn(settled.into_actor(self).map(move |(), w, ctx| {
-            metrics::histogram!("payrail_queue_settle_seconds", "queue" => w.queue())
+            w.metrics
+                .settle_seconds
                 .record(started.elapsed().as_secs_f64());
             w.settling = false;
             let mut next: Option<Duration> = None;
@@ -415,7 +443,8 @@ impl<W: Work> Worker<W> {
     }
 
     fn report(&self, ctx: &mut Context<Self>) {
-        metrics::gauge!("payrail_queue_held_rows", "queue" => self.queue())
+        self.metrics
+            .held_rows
             .set((self.pending.len() + self.in_flight + self.outcomes.len()) as f64);
         ctx.spawn(self.work.report().into_actor(self));
     }
@@ -425,7 +454,11 @@ impl<W: Work> Worker<W> {
 /// about particular rows, each row alone, so one bad row fails no other; a
 /// row refused even alone gets the queue's fallback outcome. When Postgres
 /// fails as a whole past the tries, the rows are left to their leases.
-async fn settle_with_fallback<W: Work>(work: &W, batch: Vec<(W::Row, W::Outcome)>) {
+async fn settle_with_fallback<W: Work>(
+    work: &W,
+    batch: Vec<(W::Row, W::Outcome)>,
+    failures: &metrics::Counter,
+) {
     let queue = W::QUEUE.as_str();
     for attempt in 1..=SETTLE_TRIES_MAX {
         match work.settle(batch.clone()).await {
@@ -446,7 +479,7 @@ async fn settle_with_fallback<W: Work>(work: &W, batch: Vec<(W::Row, W::Outcome)
     }
     for (row, outcome) in batch {
         if let Err(e) = work.settle(vec![(row.clone(), outcome)]).await {
-            metrics::counter!("payrail_queue_settle_failures_total", "queue" => queue).increment(1);
+            failures.increment(1);
             let fallback = work.settle_failed(&row, &e);
             tracing::warn!(queue, error = %e, ?fallback, "settlement refused");
             if let Err(e) = work.settle(vec![(row, fallback)]).await {
@@ -494,8 +527,7 @@ impl<W: Work> Handler<Deliver<W::Row>> for Worker<W> {
             self.handed_over.is_some(),
             "rows are handed over only where counted"
         );
-        metrics::counter!("payrail_queue_handed_over_total", "queue" => self.queue())
-            .increment(msg.rows.len() as u64);
+        self.metrics.handed_over.increment(msg.rows.len() as u64);
         self.pending.extend(msg.rows.into_iter().map(|row| Held {
             row,
             claimed_at: msg.claimed_at,

@@ -17,12 +17,51 @@ use crate::queue::RetryPolicy;
 use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
 use crate::store::{OutboxStore, StoreError};
 
+/// The relay's provider metrics, registered once, one handle per label.
+struct ProviderMetrics {
+    call_seconds: metrics::Histogram,
+    /// In the order of [`CALL_OUTCOMES`].
+    calls: [metrics::Counter; 5],
+    /// In the order of [`LOOKUP_OUTCOMES`].
+    lookups: [metrics::Counter; 3],
+}
+
+/// The label values of `payrail_provider_calls_total`.
+const CALL_OUTCOMES: [&str; 5] = [
+    "succeeded",
+    "declined",
+    "transient",
+    "permanent",
+    "misconfigured",
+];
+/// The label values of `payrail_provider_lookups_total`.
+const LOOKUP_OUTCOMES: [&str; 3] = ["found", "not_found", "unknown"];
+
+impl ProviderMetrics {
+    fn new() -> Self {
+        Self {
+            call_seconds: metrics::histogram!("payrail_provider_call_seconds"),
+            calls: CALL_OUTCOMES
+                .map(|o| metrics::counter!("payrail_provider_calls_total", "outcome" => o)),
+            lookups: LOOKUP_OUTCOMES
+                .map(|o| metrics::counter!("payrail_provider_lookups_total", "outcome" => o)),
+        }
+    }
+
+    fn call(&self, result: &Result<ProviderOutcome, ProviderError>) -> &metrics::Counter {
+        let label = outcome_label(result);
+        let i = CALL_OUTCOMES.iter().position(|o| *o == label);
+        &self.calls[i.expect("every outcome has its label")]
+    }
+}
+
 /// Provider calls on the outbox queue.
 pub struct OutboxWork {
     /// The outbox's statements only.
     store: OutboxStore,
     provider: Arc<dyn Provider>,
     limits: RelayLimits,
+    metrics: Arc<ProviderMetrics>,
 }
 
 impl OutboxWork {
@@ -32,6 +71,7 @@ impl OutboxWork {
             store,
             provider,
             limits,
+            metrics: Arc::new(ProviderMetrics::new()),
         }
     }
 }
@@ -59,16 +99,15 @@ impl Work for OutboxWork {
     fn work(&self, row: ClaimedRow) -> BoxFuture<'static, Settlement> {
         let provider = self.provider.clone();
         let retry = self.limits.retry;
+        let m = self.metrics.clone();
         async move {
-            let result = match look_up_first(provider.as_ref(), &row).await {
+            let result = match look_up_first(provider.as_ref(), &row, &m.lookups).await {
                 Some(known) => known,
                 None => {
                     let started = Instant::now();
                     let result = provider.execute(row.payout.clone()).await;
-                    metrics::histogram!("payrail_provider_call_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    metrics::counter!("payrail_provider_calls_total", "outcome" => outcome_label(&result))
-                        .increment(1);
+                    m.call_seconds.record(started.elapsed().as_secs_f64());
+                    m.call(&result).increment(1);
                     tracing::debug!(transfer_id = %row.payout.transfer_id, attempt = row.attempt, ?result, "provider answered");
                     result
                 }
@@ -160,17 +199,19 @@ fn settlement_failed(row: &ClaimedRow, error: &StoreError, retry: RetryPolicy) -
 async fn look_up_first(
     provider: &dyn Provider,
     row: &ClaimedRow,
+    counted: &[metrics::Counter; 3],
 ) -> Option<Result<ProviderOutcome, ProviderError>> {
     if !row.ambiguous {
         return None;
     }
     let found = provider.lookup(row.payout.transfer_id).await;
-    let label = match &found {
-        Ok(Some(_)) => "found",
-        Ok(None) => "not_found",
-        Err(_) => "unknown",
+    // In the order of LOOKUP_OUTCOMES.
+    let i = match &found {
+        Ok(Some(_)) => 0,
+        Ok(None) => 1,
+        Err(_) => 2,
     };
-    metrics::counter!("payrail_provider_lookups_total", "outcome" => label).increment(1);
+    counted[i].increment(1);
     tracing::info!(transfer_id = %row.payout.transfer_id, ?found, "looked up an ambiguous payout before posting");
     match found {
         Ok(Some(outcome)) => Some(Ok(outcome)),
@@ -269,6 +310,14 @@ mod tests {
             settle_timeout: Duration::from_secs(5),
             settle_batch_max: 64,
         }
+    }
+
+    fn lookups() -> [metrics::Counter; 3] {
+        [
+            metrics::Counter::noop(),
+            metrics::Counter::noop(),
+            metrics::Counter::noop(),
+        ]
     }
 
     fn failed(s: &Settlement) -> bool {
@@ -398,23 +447,29 @@ mod tests {
                 unreachable!("a row that is not ambiguous is posted without a lookup")
             }
         }
-        assert_eq!(look_up_first(&Silent, &row(1, false)).await, None);
+        assert_eq!(
+            look_up_first(&Silent, &row(1, false), &lookups()).await,
+            None
+        );
         // The provider's record decides...
         assert_eq!(
-            look_up_first(&executed, &row(2, true)).await,
+            look_up_first(&executed, &row(2, true), &lookups()).await,
             Some(Ok(ProviderOutcome::Succeeded {
                 reference: "r".into()
             }))
         );
         // ...its own "no such payout" lets the POST go out...
-        assert_eq!(look_up_first(&Lookup(Ok(None)), &row(2, true)).await, None);
+        assert_eq!(
+            look_up_first(&Lookup(Ok(None)), &row(2, true), &lookups()).await,
+            None
+        );
         // ...and a lookup that cannot tell keeps the row waiting.
         let unknown = ProviderError::Transient {
             reason: "lookup: HTTP 404: <html>".into(),
             retry_after: None,
             ambiguous: true,
         };
-        let r = look_up_first(&Lookup(Err(unknown.clone())), &row(2, true)).await;
+        let r = look_up_first(&Lookup(Err(unknown.clone())), &row(2, true), &lookups()).await;
         assert_eq!(r, Some(Err(unknown)));
         assert!(matches!(
             settlement(&row(2, true), r.unwrap(), limits().retry),

@@ -81,29 +81,35 @@ impl QueueTable {
         )
     }
 
-    /// `$1` limit, `$2` lease in seconds, and `$3` the fair share when
-    /// `fair_by` is set.
+    /// `$1` limit, `$2` lease in seconds, then one share per `fair_by`
+    /// column. The rows are locked, then updated, by `ctid`: locked in this
+    /// statement, a row keeps it until this statement's own update, and a
+    /// TID scan is the plan whatever the table's statistics say.
     pub fn claim_sql(&self) -> String {
         let t = self.table;
         let due_col = self.due;
         let due = if self.fair_by.is_empty() {
             format!(
                 "due AS (
-    SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
+    SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
     WHERE {claimable}
     ORDER BY q.{due_col} LIMIT $1
     FOR UPDATE SKIP LOCKED
 )",
-                qkeys = self.keys("q"),
                 claimable = self.claimable(),
             )
         } else {
             // For each fair column i (its share is parameter 3 + i): what
             // each group holds now (`busy_i`); the rows of groups that hold
-            // their share are skipped by the scan; among the oldest due
-            // others, each group gets at most what is left of its share.
-            // Window functions cannot share a query level with FOR UPDATE,
-            // so the lock comes last, and re-checks the lease.
+            // their share are skipped by the scan (a filter on the due
+            // index's ordered scan, which stops at the limit); among the
+            // oldest due others, each group gets at most what is left of
+            // its share. Window functions cannot share a query level with
+            // FOR UPDATE, so the lock comes last, by the rows' `ctid` (a
+            // TID scan, whatever the planner thinks of the table: a join
+            // back on the key was planned as a scan of the whole endpoint
+            // while the statistics were young), and re-checks the lease;
+            // a row changed meanwhile has a new `ctid` and is left alone.
             let share = |i: usize| format!("${}::int8", i + 3);
             let busy: Vec<String> = self
                 .fair_by
@@ -129,7 +135,7 @@ impl QueueTable {
                 .enumerate()
                 .map(|(i, g)| {
                     format!(
-                        "\n      AND NOT EXISTS (SELECT 1 FROM busy_{i} b WHERE b.grp = q.{g} AND b.n >= {})",
+                        "\n      AND q.{g} <> ALL (ARRAY(SELECT grp FROM busy_{i} WHERE n >= {}))",
                         share(i)
                     )
                 })
@@ -149,35 +155,33 @@ impl QueueTable {
                 .collect();
             format!(
                 "{busy}, cand AS (
-    SELECT {qkeys}{groups}, q.{due_col} AS due_at FROM {t} q
+    SELECT q.ctid AS row_ctid{groups}, q.{due_col} AS due_at FROM {t} q
     WHERE {claimable}{not_full}
     ORDER BY q.{due_col} LIMIT $1::int8 * 4
 ), fair AS (
     SELECT c.*{nths}
     FROM cand c{joins}
 ), due AS (
-    SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q JOIN fair f ON {fmatch}
-    WHERE {within}{claimable}
-    ORDER BY f.due_at LIMIT $1
+    SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
+    WHERE q.ctid = ANY (ARRAY(SELECT row_ctid FROM fair f WHERE {within}true))
+      AND {claimable}
+    ORDER BY q.{due_col} LIMIT $1
     FOR UPDATE OF q SKIP LOCKED
 )",
                 busy = busy.join(", "),
-                qkeys = self.keys("q"),
                 claimable = self.claimable(),
-                fmatch = self.key_match("q", "f"),
             )
         };
         format!(
             "WITH {due}, claimed AS (
     UPDATE {t} q SET attempts = q.attempts + 1, locked_until = now() + make_interval(secs => $2){on_claim}
-    FROM due WHERE {dmatch}
+    FROM due WHERE q.ctid = due.row_ctid
     RETURNING {qkeys}, q.attempts, q.attempts - q.attempts_base AS budget_used, due.reclaimed,
               q.locked_until > now() AS leased{claim_returns}
 )
 {payload}",
             on_claim = self.on_claim,
             claim_returns = self.claim_returns,
-            dmatch = self.key_match("q", "due"),
             qkeys = self.keys("q"),
             payload = self.payload,
         )

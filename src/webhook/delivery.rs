@@ -51,12 +51,33 @@ pub fn settlement_of(
     }
 }
 
-fn outcome_label(s: &DeliverySettlement) -> &'static str {
+/// The label values of `payrail_webhook_deliveries_total`.
+const OUTCOMES: [&str; 4] = ["delivered", "retry", "dead", "gone"];
+
+/// The index of a settlement's label in [`OUTCOMES`].
+fn outcome_index(s: &DeliverySettlement) -> usize {
     match s {
-        DeliverySettlement::Delivered { .. } => "delivered",
-        DeliverySettlement::Retry { .. } => "retry",
-        DeliverySettlement::Dead { .. } => "dead",
-        DeliverySettlement::Gone => "gone",
+        DeliverySettlement::Delivered { .. } => 0,
+        DeliverySettlement::Retry { .. } => 1,
+        DeliverySettlement::Dead { .. } => 2,
+        DeliverySettlement::Gone => 3,
+    }
+}
+
+/// The delivery worker's metrics, registered once, one handle per label.
+struct DeliveryMetrics {
+    seconds: metrics::Histogram,
+    /// In the order of [`OUTCOMES`].
+    outcomes: [metrics::Counter; 4],
+}
+
+impl DeliveryMetrics {
+    fn new() -> Self {
+        Self {
+            seconds: metrics::histogram!("payrail_webhook_delivery_seconds"),
+            outcomes: OUTCOMES
+                .map(|o| metrics::counter!("payrail_webhook_deliveries_total", "outcome" => o)),
+        }
     }
 }
 
@@ -65,6 +86,7 @@ async fn attempt(
     sender: &Sender,
     claim: &ClaimedDelivery,
     retry: RetryPolicy,
+    m: &DeliveryMetrics,
 ) -> DeliverySettlement {
     let Some(url) = &claim.url else {
         // Deleted or disabled since the delivery was written.
@@ -83,9 +105,8 @@ async fn attempt(
         )
         .await;
     let settlement = settlement_of(claim, &answer, retry);
-    metrics::histogram!("payrail_webhook_delivery_seconds").record(started.elapsed().as_secs_f64());
-    metrics::counter!("payrail_webhook_deliveries_total", "outcome" => outcome_label(&settlement))
-        .increment(1);
+    m.seconds.record(started.elapsed().as_secs_f64());
+    m.outcomes[outcome_index(&settlement)].increment(1);
     settlement
 }
 
@@ -94,6 +115,7 @@ async fn attempt(
 pub struct DeliveryWork {
     /// The deliveries' statements only.
     store: DeliveryStore,
+    metrics: std::sync::Arc<DeliveryMetrics>,
     sender: Sender,
     limits: WebhookLimits,
 }
@@ -131,7 +153,8 @@ impl Work for DeliveryWork {
     fn work(&self, row: ClaimedDelivery) -> BoxFuture<'static, DeliverySettlement> {
         let sender = self.sender.clone();
         let retry = self.limits.retry;
-        async move { attempt(&sender, &row, retry).await }.boxed()
+        let m = self.metrics.clone();
+        async move { attempt(&sender, &row, retry, &m).await }.boxed()
     }
 
     fn settle(
@@ -209,6 +232,7 @@ pub fn start(
     Worker::start_in_arbiter(&arbiter.handle(), move |_| {
         let work = DeliveryWork {
             store: store.deliveries(),
+            metrics: std::sync::Arc::new(DeliveryMetrics::new()),
             sender,
             limits,
         };

@@ -8,6 +8,11 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+/// Seconds from a transfer's creation to its final status: from a provider
+/// answering at once (tens of ms) to retries and outages (an hour).
+const CREATION_TO_FINAL_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 /// Attempts per flush, up to the largest `--shard-batch-max` worth configuring.
 const BATCH_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
@@ -42,7 +47,13 @@ pub fn metrics_handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .set_buckets_for_metric(
+                    Matcher::Full("payrail_transfer_creation_to_final_seconds".into()),
+                    CREATION_TO_FINAL_BUCKETS,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Suffix("_size".into()), BATCH_BUCKETS)
                 });
@@ -169,6 +180,11 @@ fn describe_metrics() {
         "payrail_provider_call_seconds",
         Unit::Seconds,
         "Duration of a provider call"
+    );
+    describe_histogram!(
+        "payrail_transfer_creation_to_final_seconds",
+        Unit::Seconds,
+        "Time from a transfer's creation to its final status (succeeded or failed), as recorded by the settlement that made it final"
     );
     describe_counter!(
         "payrail_provider_lookups_total",

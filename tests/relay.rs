@@ -462,3 +462,24 @@ async fn every_payout_names_its_owner_so_no_client_debits_anothers_account() {
         );
     }
 }
+
+#[actix_web::test]
+async fn creation_to_final_time_is_a_histogram_in_metrics() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
+    let id = app.create_transfers(1, &transfer_body()).await.remove(0);
+    assert_eq!(app.wait_final(&id).await["status"], "succeeded");
+    let text = app.get("/metrics").await.text().await.unwrap();
+    let count = text
+        .lines()
+        .find_map(|l| l.strip_prefix("payrail_transfer_creation_to_final_seconds_count "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .expect("the histogram is exported");
+    assert!(count >= 1.0, "{count}");
+    // Its buckets reach past the latency buckets' 10 s: a final status
+    // may come minutes after the creation.
+    assert!(
+        text.contains("payrail_transfer_creation_to_final_seconds_bucket{le=\"3600\"}"),
+        "{text}"
+    );
+}

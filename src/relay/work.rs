@@ -20,6 +20,8 @@ use crate::store::{OutboxStore, StoreError};
 /// The relay's provider metrics, registered once, one handle per label.
 struct ProviderMetrics {
     call_seconds: metrics::Histogram,
+    /// From a transfer's creation to its final status.
+    creation_to_final: metrics::Histogram,
     /// In the order of [`CALL_OUTCOMES`].
     calls: [metrics::Counter; 5],
     /// In the order of [`LOOKUP_OUTCOMES`].
@@ -41,6 +43,7 @@ impl ProviderMetrics {
     fn new() -> Self {
         Self {
             call_seconds: metrics::histogram!("payrail_provider_call_seconds"),
+            creation_to_final: metrics::histogram!("payrail_transfer_creation_to_final_seconds"),
             calls: CALL_OUTCOMES
                 .map(|o| metrics::counter!("payrail_provider_calls_total", "outcome" => o)),
             lookups: LOOKUP_OUTCOMES
@@ -126,8 +129,12 @@ impl Work for OutboxWork {
         batch: Vec<(ClaimedRow, Settlement)>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
+        let m = self.metrics.clone();
         async move {
             let report = store.settle(&batch).await?;
+            for age in &report.creation_to_final {
+                m.creation_to_final.record(age.as_secs_f64());
+            }
             for ((row, _), held) in batch.iter().zip(&report.held) {
                 if !held {
                     tracing::info!(transfer_id = %row.payout.transfer_id, "claim was taken over; left to the new holder");

@@ -79,6 +79,9 @@ pub struct SettleReport {
     pub held: Vec<bool>,
     /// Transfers whose status this batch changed from `pending` to final.
     pub finalized: Vec<Uuid>,
+    /// For each of those, the time from its creation to its final status
+    /// (the settlement's `now()` less the transfer's `created_at`).
+    pub creation_to_final: Vec<Duration>,
     /// Webhook deliveries written for their events.
     pub deliveries: i64,
 }
@@ -248,11 +251,18 @@ impl OutboxStore {
 
                 let mut held = std::collections::HashSet::with_capacity(batch.len());
                 let mut events = Vec::new();
+                let mut creation_to_final = Vec::new();
                 for row in &done {
                     held.insert(row.get::<_, Uuid>("held"));
                     if row.get::<_, Option<Uuid>>("id").is_some() {
                         let transfer = super::transfers::transfer_from_row(row)?;
                         assert!(transfer.status.is_final(), "a settled transfer is final");
+                        // A clock behind the creating engine's reads as 0.
+                        creation_to_final.push(
+                            (transfer.updated_at - transfer.created_at)
+                                .to_std()
+                                .unwrap_or_default(),
+                        );
                         events.push(NewEvent::of_final(&transfer));
                     }
                 }
@@ -275,6 +285,7 @@ impl OutboxStore {
                         .map(|(r, _)| held.contains(&r.payout.transfer_id))
                         .collect(),
                     finalized,
+                    creation_to_final,
                     deliveries,
                 })
             })

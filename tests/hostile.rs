@@ -199,16 +199,7 @@ async fn ten_thousand_idle_connections_neither_starve_real_clients_nor_grow_memo
     }
 
     let started = Instant::now();
-    let res = app
-        .http
-        .post(format!("{}/transfers", server.base))
-        .bearer_auth(&app.api_key)
-        .header("Idempotency-Key", new_key())
-        .json(&transfer_body())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
+    common::create_via(&server.base, &app.api_key).await;
     let served_in = started.elapsed();
     assert!(
         served_in < Duration::from_secs(2),

@@ -82,20 +82,21 @@ impl QueueTable {
     }
 
     /// `$1` limit, `$2` lease in seconds, then one share per `fair_by`
-    /// column. The rows are locked, then updated, by `ctid`: locked in this
-    /// statement, a row keeps it until this statement's own update, and a
-    /// TID scan is the plan whatever the table's statistics say.
+    /// column. A fair claim locks, then updates, its rows by `ctid`: locked
+    /// in this statement, a row keeps it until this statement's own update,
+    /// and a TID scan is the plan whatever the table's statistics say.
     pub fn claim_sql(&self) -> String {
         let t = self.table;
         let due_col = self.due;
         let due = if self.fair_by.is_empty() {
             format!(
                 "due AS (
-    SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
+    SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
     WHERE {claimable}
     ORDER BY q.{due_col} LIMIT $1
     FOR UPDATE SKIP LOCKED
 )",
+                qkeys = self.keys("q"),
                 claimable = self.claimable(),
             )
         } else {
@@ -175,13 +176,20 @@ impl QueueTable {
         format!(
             "WITH {due}, claimed AS (
     UPDATE {t} q SET attempts = q.attempts + 1, locked_until = now() + make_interval(secs => $2){on_claim}
-    FROM due WHERE q.ctid = due.row_ctid
+    FROM due WHERE {dmatch}
     RETURNING {qkeys}, q.attempts, q.attempts - q.attempts_base AS budget_used, due.reclaimed,
               q.locked_until > now() AS leased{claim_returns}
 )
 {payload}",
             on_claim = self.on_claim,
             claim_returns = self.claim_returns,
+            // A fair claim's rows come by ctid (see above); a plain claim's
+            // by their key, a primary key lookup per row.
+            dmatch = if self.fair_by.is_empty() {
+                self.key_match("q", "due")
+            } else {
+                "q.ctid = due.row_ctid".to_owned()
+            },
             qkeys = self.keys("q"),
             payload = self.payload,
         )

@@ -90,9 +90,11 @@ pub trait Work: Unpin + 'static {
     /// Works on one row (a provider call, a delivery attempt).
     fn work(&self, row: Self::Row) -> BoxFuture<'static, Self::Outcome>;
     /// Records a batch in one transaction, each row fenced by its claim.
+    /// (Shared, so that a retry of the batch or its row-by-row fallback
+    /// copies nothing.)
     fn settle(
         &self,
-        batch: Vec<(Self::Row, Self::Outcome)>,
+        batch: Arc<[(Self::Row, Self::Outcome)]>,
     ) -> BoxFuture<'static, Result<(), StoreError>>;
     /// What is recorded for a row whose outcome Postgres refused to store.
     fn settle_failed(&self, row: &Self::Row, error: &StoreError) -> Self::Outcome;
@@ -338,24 +340,28 @@ impl<W: Work> Worker<W> {
             let (a, b, claim) = W::claim_of(&h.row);
             (a, b, std::cmp::Reverse(claim))
         });
-        let mut i = 1;
-        while i < batch.len() {
-            let (a, b, _) = W::claim_of(&batch[i].0.row);
-            let (pa, pb, _) = W::claim_of(&batch[i - 1].0.row);
-            if (a, b) == (pa, pb) {
-                let (stale, _) = batch.remove(i);
-                tracing::info!(queue = self.queue(), "outcome of an outdated claim dropped");
-                self.forget(&stale);
-            } else {
-                i += 1;
+        let mut last = None;
+        batch.retain(|(held, _)| {
+            let (a, b, _) = W::claim_of(&held.row);
+            let live = last != Some((a, b));
+            last = Some((a, b));
+            if !live {
+                tracing::info!(
+                    queue = W::QUEUE.as_str(),
+                    "outcome of an outdated claim dropped"
+                );
+                self.forget(held);
             }
-        }
+            live
+        });
         self.settling = true;
         self.metrics.settle_batch_size.record(batch.len() as f64);
-        let rows: Vec<(W::Row, W::Outcome)> = batch
-            .iter()
-            .map(|(h, o)| (h.row.clone(), o.clone()))
-            .collect();
+        // What is needed once the batch is settled, so that the rows
+        // themselves move into the settlement uncopied.
+        let handed_over = batch.iter().filter(|(h, _)| h.handed_over).count();
+        let next_due = batch.iter().filter_map(|(_, o)| W::due_again(o)).min();
+        let rows: Arc<[(W::Row, W::Outcome)]> =
+            batch.into_iter().map(|(h, o)| (h.row, o)).collect();
         let started = Instant::now();
         let work = self.work.clone();
         let failures = self.metrics.settle_failures.clone();
@@ -365,14 +371,8 @@ impl<W: Work> Worker<W> {
                 .settle_seconds
                 .record(started.elapsed().as_secs_f64());
             w.settling = false;
-            let mut next: Option<Duration> = None;
-            for (held, outcome) in &batch {
-                w.forget(held);
-                if let Some(due) = W::due_again(outcome) {
-                    next = Some(next.map_or(due, |d| d.min(due)));
-                }
-            }
-            if let Some(due) = next {
+            w.release_handed_over(handed_over);
+            if let Some(due) = next_due {
                 w.wake_after(due, ctx);
             }
             if W::CLAIM_AFTER_SETTLING {
@@ -387,9 +387,18 @@ impl<W: Work> Worker<W> {
     /// A held row leaves this worker's memory.
     fn forget(&self, held: &Held<W::Row>) {
         if held.handed_over {
-            if let Some(count) = &self.handed_over {
-                count.release(1);
-            }
+            self.release_handed_over(1);
+        }
+    }
+
+    /// `n` handed-over rows left this worker's memory.
+    fn release_handed_over(&self, n: usize) {
+        if n > 0 {
+            let count = self
+                .handed_over
+                .as_ref()
+                .expect("rows are handed over only where counted");
+            count.release(n);
         }
     }
 
@@ -456,7 +465,7 @@ impl<W: Work> Worker<W> {
 /// fails as a whole past the tries, the rows are left to their leases.
 async fn settle_with_fallback<W: Work>(
     work: &W,
-    batch: Vec<(W::Row, W::Outcome)>,
+    batch: Arc<[(W::Row, W::Outcome)]>,
     failures: &metrics::Counter,
 ) {
     let queue = W::QUEUE.as_str();
@@ -477,12 +486,15 @@ async fn settle_with_fallback<W: Work>(
             }
         }
     }
-    for (row, outcome) in batch {
-        if let Err(e) = work.settle(vec![(row.clone(), outcome)]).await {
+    for (row, outcome) in batch.iter() {
+        if let Err(e) = work
+            .settle(Arc::from([(row.clone(), outcome.clone())]))
+            .await
+        {
             failures.increment(1);
-            let fallback = work.settle_failed(&row, &e);
+            let fallback = work.settle_failed(row, &e);
             tracing::warn!(queue, error = %e, ?fallback, "settlement refused");
-            if let Err(e) = work.settle(vec![(row, fallback)]).await {
+            if let Err(e) = work.settle(Arc::from([(row.clone(), fallback)])).await {
                 tracing::warn!(queue, error = %e, "recording the settlement failure failed; the lease will expire");
             }
         }

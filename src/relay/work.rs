@@ -126,7 +126,7 @@ impl Work for OutboxWork {
 
     fn settle(
         &self,
-        batch: Vec<(ClaimedRow, Settlement)>,
+        batch: Arc<[(ClaimedRow, Settlement)]>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         let m = self.metrics.clone();

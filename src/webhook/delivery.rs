@@ -159,7 +159,7 @@ impl Work for DeliveryWork {
 
     fn settle(
         &self,
-        batch: Vec<(ClaimedDelivery, DeliverySettlement)>,
+        batch: std::sync::Arc<[(ClaimedDelivery, DeliverySettlement)]>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         async move { store.settle(&batch).await }.boxed()

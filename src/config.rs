@@ -214,6 +214,62 @@ pub struct ServeConfig {
     pub relay: RelayConfig,
     #[command(flatten)]
     pub webhooks: WebhookConfig,
+    #[command(flatten)]
+    pub outcomes: OutcomeConfig,
+}
+
+/// Flags of asynchronous payouts: the provider's signed notifications and
+/// the status lookups of transfers in `processing`.
+#[derive(Debug, Clone, Args)]
+pub struct OutcomeConfig {
+    /// Secrets the provider signs its notifications with (`whsec_…`,
+    /// comma-separated: during a rotation, both the old and the new one).
+    /// Without one, `POST /provider/notifications` answers 404.
+    #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_SECRET", value_delimiter = ',',
+          value_parser = crate::domain::webhook::WebhookSecret::parse, hide_env_values = true)]
+    pub provider_notification_secret: Vec<crate::domain::webhook::WebhookSecret>,
+    /// How far a notification's timestamp may be from this clock, either
+    /// way; an older one is refused as a possible replay.
+    #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_TOLERANCE", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub provider_notification_tolerance: Duration,
+    /// Largest notification body read, in bytes.
+    #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_BODY_MAX", default_value_t = 16 * 1024)]
+    pub provider_notification_body_max: usize,
+    /// Most notifications applied in one transaction.
+    #[arg(
+        long,
+        env = "PAYRAIL_PROVIDER_NOTIFICATION_BATCH_MAX",
+        default_value_t = 512
+    )]
+    pub provider_notification_batch_max: usize,
+    /// Most notifications waiting for their batch; past it new ones are
+    /// answered 503 with Retry-After and the provider sends them again.
+    #[arg(
+        long,
+        env = "PAYRAIL_PROVIDER_NOTIFICATION_QUEUE_MAX",
+        default_value_t = 8192
+    )]
+    pub provider_notification_queue_max: usize,
+    /// How long a notification id is remembered, so that a repeat of it
+    /// changes nothing; providers retry for about three days.
+    #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub provider_notification_retention: Duration,
+    /// How long a transfer stays `processing` before the provider is asked
+    /// about it (a notification usually comes first).
+    #[arg(long, env = "PAYRAIL_PROVIDER_POLL_AFTER", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub provider_poll_after: Duration,
+    /// Longest pause between two lookups of one transfer; they start at
+    /// --provider-poll-after and double.
+    #[arg(long, env = "PAYRAIL_PROVIDER_POLL_INTERVAL_MAX", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub provider_poll_interval_max: Duration,
+    /// A transfer `processing` for longer is flagged for operators
+    /// (`payrail transfers stuck`, `payrail_transfers_stuck`) and still
+    /// looked up.
+    #[arg(long, env = "PAYRAIL_PROVIDER_PROCESSING_MAX", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub provider_processing_max: Duration,
+    /// Lookups in flight at once per process.
+    #[arg(long, env = "PAYRAIL_PROVIDER_POLL_CONCURRENCY", default_value_t = 16)]
+    pub provider_poll_concurrency: usize,
 }
 
 /// Flags of webhook delivery.
@@ -364,6 +420,22 @@ impl ServeConfig {
                 self.webhooks.webhook_endpoints_max.max(0) as usize,
             ),
             ("--rate-limit", self.rate_limit as usize),
+            (
+                "--provider-notification-body-max",
+                self.outcomes.provider_notification_body_max,
+            ),
+            (
+                "--provider-notification-batch-max",
+                self.outcomes.provider_notification_batch_max,
+            ),
+            (
+                "--provider-notification-queue-max",
+                self.outcomes.provider_notification_queue_max,
+            ),
+            (
+                "--provider-poll-concurrency",
+                self.outcomes.provider_poll_concurrency,
+            ),
             ("--rate-limit-burst", self.rate_limit_burst as usize),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -416,6 +488,20 @@ impl ServeConfig {
         // said at start-up.
         check_retention("--key-retention", self.key_retention)?;
         check_retention("--event-retention", self.event_retention)?;
+        check_retention(
+            "--provider-notification-retention",
+            self.outcomes.provider_notification_retention,
+        )?;
+        let o = &self.outcomes;
+        if o.provider_poll_after.is_zero() || o.provider_poll_after > o.provider_poll_interval_max {
+            return Err(
+                "--provider-poll-after must be above 0 and at most --provider-poll-interval-max"
+                    .into(),
+            );
+        }
+        if o.provider_notification_tolerance.is_zero() {
+            return Err("--provider-notification-tolerance must be above 0".into());
+        }
         if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
             return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
         }

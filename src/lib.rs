@@ -4,6 +4,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod outcome;
 pub mod pgcluster;
 pub mod provider;
 pub mod queue;

@@ -29,6 +29,8 @@ pub struct Application {
     arbiters: Vec<Arbiter>,
     /// The relay, drained when the server stops.
     relay: Option<Addr<Relay>>,
+    /// The poller, drained with the relay.
+    poller: Option<Addr<Worker<crate::outcome::poller::PollWork>>>,
     /// The webhook delivery worker, drained after the relay.
     deliveries: Option<Addr<Worker<DeliveryWork>>>,
     /// `--shutdown-grace`.
@@ -61,7 +63,8 @@ impl Application {
         )?;
         let (deliveries, webhook_arbiter) = crate::webhook::start(&config, &store)?;
         let (reaper, reaper_arbiter) = crate::reaper::start(&config, &store);
-        arbiters.extend([webhook_arbiter, reaper_arbiter]);
+        let outcomes = crate::outcome::start(&config, &store)?;
+        arbiters.extend([webhook_arbiter, reaper_arbiter, outcomes.arbiter]);
         let relay = relay.map(|r| {
             arbiters.push(r.arbiter);
             r.addr
@@ -95,6 +98,7 @@ impl Application {
             readiness: ReadinessCache::new(config.readyz_cache_ttl),
             webhook_policy: crate::webhook::address_policy(&config),
             webhook_endpoints_max: config.webhooks.webhook_endpoints_max,
+            notifications: outcomes.intake,
             metrics,
         });
         let port = listener.local_addr()?.port();
@@ -123,6 +127,7 @@ impl Application {
             store,
             arbiters,
             relay,
+            poller: outcomes.poller,
             deliveries: Some(deliveries),
             shutdown_grace: config.shutdown_grace,
         })
@@ -159,12 +164,21 @@ impl Application {
         // The relay first: its settlements write the events the delivery
         // worker sends. Both within one grace.
         let relay = self.relay.take();
+        let poller = self.poller.take();
         let deliveries = self.deliveries.take();
         let drain = async move {
-            if let Some(relay) = relay {
-                let _ = relay.send(Drain).await;
-                tracing::info!("relay drained: every call in flight was recorded");
-            }
+            let relay_drained = async {
+                if let Some(relay) = relay {
+                    let _ = relay.send(Drain).await;
+                    tracing::info!("relay drained: every call in flight was recorded");
+                }
+            };
+            let poller_drained = async {
+                if let Some(poller) = poller {
+                    let _ = poller.send(Drain).await;
+                }
+            };
+            futures::join!(relay_drained, poller_drained);
             if let Some(deliveries) = deliveries {
                 let _ = deliveries.send(Drain).await;
                 tracing::info!("webhook deliveries drained");

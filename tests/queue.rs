@@ -93,17 +93,23 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
     let stale = app
         .store
         .outbox()
-        .settle(&[(first, final_as(TransferStatus::Failed))])
+        .settle(
+            &[(first, final_as(TransferStatus::Failed))],
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert_eq!(stale.held, vec![false]);
-    assert!(stale.finalized.is_empty());
+    assert!(stale.changed.is_empty());
     assert_eq!(status(&app, &id).await, "pending");
 
     let live = app
         .store
         .outbox()
-        .settle(&[(second, final_as(TransferStatus::Succeeded))])
+        .settle(
+            &[(second, final_as(TransferStatus::Succeeded))],
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert_eq!(live.held, vec![true]);
@@ -121,7 +127,7 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
     };
     app.store
         .outbox()
-        .settle(&[(first.clone(), dead)])
+        .settle(&[(first.clone(), dead)], std::time::Duration::from_secs(60))
         .await
         .unwrap();
     assert!(nothing_due(&app).await, "dead rows wait");
@@ -144,7 +150,11 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
         error: ProviderText::clean("HTTP 503"),
         ambiguous: false,
     };
-    app.store.outbox().settle(&[(again, retry)]).await.unwrap();
+    app.store
+        .outbox()
+        .settle(&[(again, retry)], std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
     assert!(claim_one(&app).await.ambiguous);
 }
 

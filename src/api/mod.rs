@@ -8,6 +8,7 @@ mod middleware;
 pub mod openapi;
 mod ops;
 pub mod problem;
+mod provider_notifications;
 mod query;
 mod rate_limit;
 mod schemas;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub webhook_policy: crate::domain::webhook::AddressPolicy,
     /// Most live webhook endpoints per client.
     pub webhook_endpoints_max: i64,
+    /// Where verified provider notifications go; `None` without a secret.
+    pub notifications: Option<crate::outcome::notifications::Intake>,
 }
 
 /// Registers every route.
@@ -80,6 +83,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     ))
     .service(get_only("/events", webhooks::list_events))
     .service(post_only("/events/{id}/redeliver", webhooks::redeliver))
+    .service(post_only(
+        "/provider/notifications",
+        provider_notifications::receive,
+    ))
     .service(get_only("/healthz", ops::healthz))
     .service(get_only("/readyz", ops::readyz))
     .service(get_only("/metrics", ops::metrics))

@@ -64,6 +64,12 @@ pub enum ApiError {
     /// The client already has the most webhook endpoints allowed.
     #[error("a client may have at most {0} webhook endpoints; delete one first")]
     EndpointLimit(i64),
+    /// A provider notification without a valid signature.
+    #[error("{0}")]
+    NotificationUnauthenticated(&'static str),
+    /// A signed provider notification this engine does not understand.
+    #[error("{0}")]
+    NotificationMalformed(String),
 }
 
 impl From<StoreError> for ApiError {
@@ -111,6 +117,8 @@ impl ApiError {
             Self::Overloaded => "overloaded",
             Self::RateLimited(_) => "rate-limited",
             Self::EndpointLimit(_) => "webhook-endpoint-limit",
+            Self::NotificationUnauthenticated(_) => "notification-unauthenticated",
+            Self::NotificationMalformed(_) => "notification-malformed",
         }
     }
 
@@ -132,6 +140,8 @@ impl ApiError {
             Self::Overloaded => "Overloaded",
             Self::RateLimited(_) => "Rate limited",
             Self::EndpointLimit(_) => "Webhook endpoint limit reached",
+            Self::NotificationUnauthenticated(_) => "Notification not authenticated",
+            Self::NotificationMalformed(_) => "Malformed notification",
         }
     }
 
@@ -163,10 +173,11 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::NotificationUnauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::IdempotencyKeyMissing
             | Self::IdempotencyKeyInvalid(_)
-            | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            | Self::MalformedJson(_)
+            | Self::NotificationMalformed(_) => StatusCode::BAD_REQUEST,
             Self::IdempotencyKeyReused | Self::ValidationFailed(_) | Self::EndpointLimit(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }

@@ -8,6 +8,7 @@ mod currency;
 mod fingerprint;
 mod idempotency_key;
 mod provider_text;
+mod report;
 mod transfer;
 pub mod webhook;
 
@@ -18,6 +19,7 @@ pub use currency::Currency;
 pub use fingerprint::{BodyDigest, Fingerprint};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
 pub use provider_text::{ProviderText, PROVIDER_TEXT_CHARS_MAX};
+pub use report::{Effect, ProviderReport};
 /// docs/API.md's limits on a transfer's free-form fields.
 pub mod transfer_limits {
     pub use super::transfer::{
@@ -25,6 +27,6 @@ pub mod transfer_limits {
     };
 }
 pub use transfer::{
-    now_micros, Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus,
+    now_micros, Anomaly, Description, FieldError, Metadata, NewTransfer, Transfer, TransferStatus,
     TransferView, FIELDS as TRANSFER_FIELDS,
 };

@@ -243,41 +243,66 @@ fn required_str<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a str
         .ok_or_else(|| "must be a string".to_owned())
 }
 
-/// Where a transfer is in its life.
+/// Where a transfer is in its life. The only changes: `pending` to
+/// `processing`, `succeeded` or `failed`; `processing` to `succeeded` or
+/// `failed`; `succeeded` to `returned` ([`TransferStatus::may_become`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TransferStatus {
-    /// Accepted and waiting for the provider's final answer.
+    /// Accepted here, not yet accepted by the provider.
     Pending,
+    /// Accepted by the provider, its outcome not yet known.
+    Processing,
     /// The provider executed it.
     Succeeded,
     /// The provider declined it or rejected it permanently.
     Failed,
+    /// It succeeded and the money came back later (the receiving bank
+    /// bounced it).
+    Returned,
 }
 
 impl TransferStatus {
+    /// Every status, in the order of a transfer's life.
+    pub const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Processing,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Returned,
+    ];
+
     /// The name stored in Postgres and shown in the API.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
+            Self::Processing => "processing",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Returned => "returned",
         }
     }
 
-    /// True for `succeeded` and `failed`: nothing changes the status after.
+    /// True once the provider decided (`succeeded`, `failed`, `returned`).
+    /// Only `succeeded` changes again after that, to `returned`.
     pub fn is_final(self) -> bool {
-        !matches!(self, Self::Pending)
+        !matches!(self, Self::Pending | Self::Processing)
+    }
+
+    /// Whether a transfer in this status may change to `next`.
+    pub fn may_become(self, next: Self) -> bool {
+        use TransferStatus::*;
+        matches!(
+            (self, next),
+            (Pending, Processing | Succeeded | Failed)
+                | (Processing, Succeeded | Failed)
+                | (Succeeded, Returned)
+        )
     }
 
     /// Parses the stored name.
     pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "pending" => Some(Self::Pending),
-            "succeeded" => Some(Self::Succeeded),
-            "failed" => Some(Self::Failed),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
     }
 }
 
@@ -302,6 +327,38 @@ pub struct Transfer {
     pub provider_reference: Option<String>,
     /// Why it failed, once it failed.
     pub failure_reason: Option<String>,
+    /// Status changes so far (0 while `pending`); the `sequence` of the
+    /// event of its latest change.
+    pub status_sequence: i32,
+    /// Why the money came back, once `returned`.
+    pub return_reason: Option<String>,
+    /// When it was returned.
+    pub returned_at: Option<DateTime<Utc>>,
+    /// Provider reports that contradicted a final status, oldest first
+    /// (read with the transfer by id; empty elsewhere).
+    pub anomalies: Vec<Anomaly>,
+}
+
+/// A provider report that contradicted the transfer's final status. It
+/// changed nothing and is kept for operators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Anomaly {
+    /// The transfer's status when the report came.
+    pub status_then: TransferStatus,
+    /// What the provider reported: `processing`, `succeeded`, `declined` or
+    /// `returned`.
+    pub reported: String,
+    /// The reference the report carried.
+    #[schema(required = true)]
+    pub reference: Option<String>,
+    /// The reason the report carried.
+    #[schema(required = true)]
+    pub reason: Option<String>,
+    /// `relay`, `notification` or `poll`.
+    pub source: String,
+    /// RFC 3339, UTC.
+    #[schema(format = DateTime)]
+    pub reported_at: String,
 }
 
 impl Transfer {
@@ -322,6 +379,10 @@ impl Transfer {
             updated_at: now,
             provider_reference: None,
             failure_reason: None,
+            status_sequence: 0,
+            return_reason: None,
+            returned_at: None,
+            anomalies: Vec::new(),
         }
     }
 }
@@ -340,7 +401,7 @@ pub fn now_micros() -> DateTime<Utc> {
 pub struct TransferView {
     /// Transfer id (UUID v7).
     pub id: Uuid,
-    /// `pending`, `succeeded` or `failed`.
+    /// `pending`, `processing`, `succeeded`, `failed` or `returned`.
     pub status: TransferStatus,
     /// Amount in minor units.
     #[schema(minimum = 1, maximum = 999_999_999_999_i64)]
@@ -374,6 +435,15 @@ pub struct TransferView {
     /// Why it failed, else null.
     #[schema(required = true)]
     pub failure_reason: Option<String>,
+    /// Why the money came back, once `returned`, else null.
+    #[schema(required = true)]
+    pub return_reason: Option<String>,
+    /// When it was returned (RFC 3339, UTC), else null.
+    #[schema(required = true, format = DateTime)]
+    pub returned_at: Option<String>,
+    /// Provider reports that contradicted a final status and changed
+    /// nothing (shown by `GET /transfers/{id}`; `[]` elsewhere).
+    pub anomalies: Vec<Anomaly>,
 }
 
 impl From<&Transfer> for TransferView {
@@ -397,6 +467,9 @@ impl From<&Transfer> for TransferView {
             updated_at: ts(t.updated_at),
             provider_reference: t.provider_reference.clone(),
             failure_reason: t.failure_reason.clone(),
+            return_reason: t.return_reason.clone(),
+            returned_at: t.returned_at.map(ts),
+            anomalies: t.anomalies.clone(),
         }
     }
 }
@@ -500,6 +573,31 @@ mod tests {
         let mut b = valid();
         b["metadata"] = json!({"k".repeat(41): "v", "": "v", "ok": "v".repeat(501)});
         assert_eq!(fields(b).len(), 3);
+    }
+
+    #[test]
+    fn statuses_only_move_forward() {
+        use TransferStatus::*;
+        let allowed: Vec<(TransferStatus, TransferStatus)> = TransferStatus::ALL
+            .into_iter()
+            .flat_map(|a| TransferStatus::ALL.map(|b| (a, b)))
+            .filter(|(a, b)| a.may_become(*b))
+            .collect();
+        assert_eq!(
+            allowed,
+            [
+                (Pending, Processing),
+                (Pending, Succeeded),
+                (Pending, Failed),
+                (Processing, Succeeded),
+                (Processing, Failed),
+                (Succeeded, Returned),
+            ]
+        );
+        for s in TransferStatus::ALL {
+            assert_eq!(TransferStatus::parse(s.as_str()), Some(s));
+        }
+        assert!(!Processing.is_final() && Returned.is_final());
     }
 
     #[test]

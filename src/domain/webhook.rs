@@ -234,26 +234,39 @@ pub fn signature_header(
         .join(" ")
 }
 
-/// What an event says.
+/// What an event says: one type per status a transfer can change to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub enum EventType {
+    /// The provider accepted a transfer; its outcome comes later.
+    #[serde(rename = "transfer.processing")]
+    TransferProcessing,
     /// A transfer succeeded at the provider.
     #[serde(rename = "transfer.succeeded")]
     TransferSucceeded,
     /// A transfer failed at the provider.
     #[serde(rename = "transfer.failed")]
     TransferFailed,
+    /// A transfer that succeeded came back.
+    #[serde(rename = "transfer.returned")]
+    TransferReturned,
 }
 
 impl EventType {
     /// Every type, for parsing and documentation.
-    pub const ALL: [Self; 2] = [Self::TransferSucceeded, Self::TransferFailed];
+    pub const ALL: [Self; 4] = [
+        Self::TransferProcessing,
+        Self::TransferSucceeded,
+        Self::TransferFailed,
+        Self::TransferReturned,
+    ];
 
     /// The name stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::TransferProcessing => "transfer.processing",
             Self::TransferSucceeded => "transfer.succeeded",
             Self::TransferFailed => "transfer.failed",
+            Self::TransferReturned => "transfer.returned",
         }
     }
 
@@ -262,12 +275,15 @@ impl EventType {
         Self::ALL.into_iter().find(|t| t.as_str() == name)
     }
 
-    /// The event a transfer's final status makes; none for `pending`.
+    /// The event of a change to `status`; none for `pending`, which is
+    /// where a transfer starts, not a change.
     pub fn of_status(status: TransferStatus) -> Option<Self> {
         match status {
             TransferStatus::Pending => None,
+            TransferStatus::Processing => Some(Self::TransferProcessing),
             TransferStatus::Succeeded => Some(Self::TransferSucceeded),
             TransferStatus::Failed => Some(Self::TransferFailed),
+            TransferStatus::Returned => Some(Self::TransferReturned),
         }
     }
 }
@@ -310,7 +326,7 @@ pub struct NewEvent {
     pub kind: EventType,
     /// When (the status change's time).
     pub created_at: DateTime<Utc>,
-    /// `{"id","type","created_at","data":{"object":<transfer>}}`.
+    /// `{"id","type","created_at","data":{"object":<transfer>,"sequence":n}}`.
     pub body: String,
 }
 
@@ -326,13 +342,20 @@ struct EventBody<'a> {
 #[derive(Serialize)]
 struct EventData<'a> {
     object: &'a TransferView,
+    /// The transfer's status changes so far, this one included: receivers
+    /// order a transfer's events by it.
+    sequence: i32,
 }
 
 impl NewEvent {
-    /// The event of a transfer that has just become final.
-    pub fn of_final(transfer: &Transfer) -> Self {
-        let kind = EventType::of_status(transfer.status)
-            .expect("events are only written for final statuses");
+    /// The event of a transfer whose status has just changed.
+    pub fn of_change(transfer: &Transfer) -> Self {
+        let kind =
+            EventType::of_status(transfer.status).expect("a status change never leads to pending");
+        assert!(
+            transfer.status_sequence >= 1,
+            "a changed transfer counts its change"
+        );
         let id = Uuid::now_v7();
         let created_at = transfer.updated_at;
         let view = TransferView::from(transfer);
@@ -340,7 +363,10 @@ impl NewEvent {
             id: event_id_text(id),
             kind,
             created_at: created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            data: EventData { object: &view },
+            data: EventData {
+                object: &view,
+                sequence: transfer.status_sequence,
+            },
         })
         .expect("an event body serializes");
         Self {

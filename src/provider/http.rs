@@ -152,12 +152,7 @@ pub fn classify_lookup(
         200 => {
             let body = body.map_err(|e| unknown(format!("lookup: HTTP 200, {e}")))?;
             match serde_json::from_slice::<AnswerBody>(body) {
-                Ok(AnswerBody::Succeeded { reference }) => {
-                    Ok(Some(ProviderOutcome::Succeeded { reference }))
-                }
-                Ok(AnswerBody::Declined { reason }) => Ok(Some(ProviderOutcome::Declined {
-                    reason: reason.unwrap_or_else(|| "declined".to_owned()),
-                })),
+                Ok(answer) => Ok(Some(answer.outcome())),
                 Err(e) => Err(unknown(format!(
                     "lookup: HTTP 200 with unusable body ({e}): {}",
                     excerpt(body)
@@ -319,8 +314,35 @@ impl<'a> From<&'a Payout> for PayoutRequestBody<'a> {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 enum AnswerBody {
-    Succeeded { reference: String },
-    Declined { reason: Option<String> },
+    Succeeded {
+        reference: String,
+    },
+    Declined {
+        reason: Option<String>,
+    },
+    Processing {
+        reference: Option<String>,
+    },
+    Returned {
+        reference: Option<String>,
+        reason: Option<String>,
+    },
+}
+
+impl AnswerBody {
+    fn outcome(self) -> ProviderOutcome {
+        match self {
+            Self::Succeeded { reference } => ProviderOutcome::Succeeded { reference },
+            Self::Declined { reason } => ProviderOutcome::Declined {
+                reason: reason.unwrap_or_else(|| "declined".to_owned()),
+            },
+            Self::Processing { reference } => ProviderOutcome::Processing { reference },
+            Self::Returned { reference, reason } => ProviderOutcome::Returned {
+                reference,
+                reason: reason.unwrap_or_else(|| "returned".to_owned()),
+            },
+        }
+    }
 }
 
 /// What one HTTP exchange produced, reduced to what [`classify`] needs.
@@ -380,12 +402,7 @@ pub fn classify(exchange: Exchange<'_>) -> Result<ProviderOutcome, ProviderError
             // success we failed to see: retry and let idempotency replay it.
             let body = body.map_err(|e| transient(format!("HTTP {status}, {e}")))?;
             match serde_json::from_slice::<AnswerBody>(body) {
-                Ok(AnswerBody::Succeeded { reference }) => {
-                    Ok(ProviderOutcome::Succeeded { reference })
-                }
-                Ok(AnswerBody::Declined { reason }) => Ok(ProviderOutcome::Declined {
-                    reason: reason.unwrap_or_else(|| "declined".to_owned()),
-                }),
+                Ok(answer) => Ok(answer.outcome()),
                 Err(e) => Err(transient(format!(
                     "HTTP {status} with unusable body ({e}): {}",
                     excerpt(body)

@@ -30,9 +30,23 @@ pub struct Payout {
     pub destination_account: String,
 }
 
-/// A final answer from the provider: the payout was decided one way or the other.
+/// An answer from the provider about the payout: decided one way or the
+/// other, accepted with the outcome to come (`Processing`), or, from a
+/// lookup, executed and come back (`Returned`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderOutcome {
+    /// Accepted; the provider reports the outcome later.
+    Processing {
+        /// The provider's reference, if it gave one.
+        reference: Option<String>,
+    },
+    /// Executed, then returned by the receiving bank.
+    Returned {
+        /// The provider's reference, if it gave one.
+        reference: Option<String>,
+        /// Why it came back.
+        reason: String,
+    },
     /// The provider executed the payout.
     Succeeded {
         /// The provider's own reference for the payout.
@@ -43,6 +57,29 @@ pub enum ProviderOutcome {
         /// Why, as the provider said it.
         reason: String,
     },
+}
+
+impl ProviderOutcome {
+    /// The report this answer makes, as the status machine applies it.
+    pub fn report(&self) -> crate::domain::ProviderReport {
+        use crate::domain::{ProviderReport, ProviderText};
+        let text = |s: &Option<String>| s.as_deref().map(ProviderText::clean);
+        match self {
+            Self::Processing { reference } => ProviderReport::Processing {
+                reference: text(reference),
+            },
+            Self::Succeeded { reference } => ProviderReport::Succeeded {
+                reference: Some(ProviderText::clean(reference)),
+            },
+            Self::Declined { reason } => ProviderReport::Declined {
+                reason: ProviderText::clean(reason),
+            },
+            Self::Returned { reference, reason } => ProviderReport::Returned {
+                reference: text(reference),
+                reason: ProviderText::clean(reason),
+            },
+        }
+    }
 }
 
 /// A call that did not produce a final answer.

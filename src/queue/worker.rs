@@ -37,6 +37,8 @@ pub enum QueueName {
     Outbox,
     /// Webhook deliveries.
     Webhooks,
+    /// Status lookups of `processing` transfers.
+    Polls,
 }
 
 impl QueueName {
@@ -45,6 +47,7 @@ impl QueueName {
         match self {
             Self::Outbox => "outbox",
             Self::Webhooks => "webhooks",
+            Self::Polls => "polls",
         }
     }
 }

@@ -111,6 +111,9 @@ pub struct RelayLimits {
     pub settle_timeout: Duration,
     /// Most outcomes settled in one transaction.
     pub settle_batch_max: usize,
+    /// How long a transfer the provider accepted (`processing`) waits
+    /// before it is looked up.
+    pub poll_after: Duration,
 }
 
 impl From<&ServeConfig> for RelayLimits {
@@ -128,6 +131,7 @@ impl From<&ServeConfig> for RelayLimits {
             provider_timeout: r.provider_timeout,
             settle_timeout: config.database.db_timeout,
             settle_batch_max: r.relay_settle_batch_max,
+            poll_after: config.outcomes.provider_poll_after,
         }
     }
 }

@@ -23,13 +23,15 @@ struct ProviderMetrics {
     /// From a transfer's creation to its final status.
     creation_to_final: metrics::Histogram,
     /// In the order of [`CALL_OUTCOMES`].
-    calls: [metrics::Counter; 5],
+    calls: [metrics::Counter; 7],
     /// In the order of [`LOOKUP_OUTCOMES`].
     lookups: [metrics::Counter; 3],
 }
 
 /// The label values of `payrail_provider_calls_total`.
-const CALL_OUTCOMES: [&str; 5] = [
+const CALL_OUTCOMES: [&str; 7] = [
+    "processing",
+    "returned",
     "succeeded",
     "declined",
     "transient",
@@ -130,8 +132,9 @@ impl Work for OutboxWork {
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         let m = self.metrics.clone();
+        let poll_after = self.limits.poll_after;
         async move {
-            let report = store.settle(&batch).await?;
+            let report = store.settle(&batch, poll_after).await?;
             for age in &report.creation_to_final {
                 m.creation_to_final.record(age.as_secs_f64());
             }
@@ -234,6 +237,11 @@ fn settlement(
     retry: RetryPolicy,
 ) -> Settlement {
     match result {
+        // Accepted, with the outcome to come; or found already returned by
+        // a lookup. Applied by the status machine, as notifications are.
+        Ok(outcome @ (ProviderOutcome::Processing { .. } | ProviderOutcome::Returned { .. })) => {
+            Settlement::Report(outcome.report())
+        }
         Ok(ProviderOutcome::Succeeded { reference }) => Settlement::Final {
             status: TransferStatus::Succeeded,
             provider_reference: Some(ProviderText::clean(&reference)),
@@ -274,6 +282,8 @@ fn settlement(
 
 fn outcome_label(result: &Result<ProviderOutcome, ProviderError>) -> &'static str {
     match result {
+        Ok(ProviderOutcome::Processing { .. }) => "processing",
+        Ok(ProviderOutcome::Returned { .. }) => "returned",
         Ok(ProviderOutcome::Succeeded { .. }) => "succeeded",
         Ok(ProviderOutcome::Declined { .. }) => "declined",
         Err(ProviderError::Transient { .. }) => "transient",
@@ -316,6 +326,7 @@ mod tests {
             provider_timeout: Duration::from_secs(5),
             settle_timeout: Duration::from_secs(5),
             settle_batch_max: 64,
+            poll_after: Duration::from_secs(60),
         }
     }
 

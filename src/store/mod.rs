@@ -5,9 +5,12 @@
 mod clients;
 mod keys;
 mod migrate;
+pub mod notifications;
 mod notify;
 pub mod outbox;
+pub mod polls;
 pub mod queue;
+pub mod status;
 mod transfers;
 mod tx;
 pub mod webhooks;
@@ -25,8 +28,10 @@ pub use keys::{
     FlushLimits, KeyStore, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome,
     CREATED_STATUS,
 };
+pub use notifications::NotificationStore;
 pub use notify::Heard;
 pub use outbox::OutboxStore;
+pub use polls::PollStore;
 pub use transfers::TransferPage;
 pub use webhooks::{DeliveryStore, EndpointStore, EventStore};
 
@@ -198,6 +203,17 @@ impl Store {
     /// The outbox's statements (the relay, `payrail outbox`).
     pub fn outbox(&self) -> OutboxStore {
         OutboxStore(self.clone())
+    }
+
+    /// Status lookups of `processing` transfers (the poller, `payrail
+    /// transfers stuck`).
+    pub fn polls(&self) -> PollStore {
+        PollStore(self.clone())
+    }
+
+    /// Provider notifications' statements (their endpoint, the reaper).
+    pub fn notifications(&self) -> NotificationStore {
+        NotificationStore(self.clone())
     }
 
     /// Webhook deliveries' statements (the delivery worker).

@@ -11,9 +11,10 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
+use super::status::Source;
 use super::{Store, StoreError};
 use crate::domain::webhook::NewEvent;
-use crate::domain::{ProviderText, TransferStatus};
+use crate::domain::{ProviderReport, ProviderText, TransferStatus};
 use crate::provider::Payout;
 
 /// The channel relays listen on; notified after flushes wrote rows no relay
@@ -61,6 +62,11 @@ pub enum Settlement {
         /// The call may have executed the payout.
         ambiguous: bool,
     },
+    /// The provider accepted the payout and will report its outcome later
+    /// (`processing`), or reported an outcome the hot path does not write
+    /// (a lookup that found the payout already `returned`): the row is
+    /// done, and the report is applied like a notification's.
+    Report(ProviderReport),
     /// Out of attempts: the transfer stays `pending` until an operator retries.
     Dead {
         /// What went wrong last.
@@ -77,8 +83,8 @@ pub struct SettleReport {
     /// (another process took the row over after our lease ran out) and
     /// nothing was written for it.
     pub held: Vec<bool>,
-    /// Transfers whose status this batch changed from `pending` to final.
-    pub finalized: Vec<Uuid>,
+    /// Transfers whose status this batch changed.
+    pub changed: Vec<Uuid>,
     /// For each of those, the time from its creation to its final status
     /// (the settlement's `now()` less the transfer's `created_at`).
     pub creation_to_final: Vec<Duration>,
@@ -155,12 +161,20 @@ WITH i AS (
     RETURNING o.transfer_id, o.attempts
 ), changed AS (
     UPDATE transfers t SET status = i.status, provider_reference = i.reference,
-                           failure_reason = i.reason, updated_at = now()
+                           failure_reason = i.reason, updated_at = now(),
+                           status_sequence = t.status_sequence + 1
     FROM i JOIN done ON done.transfer_id = i.id AND done.attempts = i.attempt
     WHERE t.id = i.id AND t.status = 'pending'
     RETURNING t.*
 )
 SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
+
+/// Deletes the rows of a batch's reports that are still held under each
+/// claim's attempt; their reports are applied after.
+const SETTLE_REPORTED: &str = "
+DELETE FROM outbox o USING UNNEST($1::uuid[], $2::int4[]) AS i(id, attempt)
+WHERE o.transfer_id = i.id AND o.attempts = i.attempt
+RETURNING o.transfer_id";
 
 /// The outbox as its workers and operators see it: claim, settle, give
 /// back, list, retry, and the backlog figures.
@@ -204,10 +218,14 @@ impl OutboxStore {
     /// Records how the calls of a batch of claimed rows ended, in one
     /// transaction with their transfers' new statuses (two statements sent
     /// in one round trip) and the webhook events of the transfers that
-    /// became final (a third, only when some did). A row appears at most once.
+    /// became final (a third, only when some did). Reports (`processing`)
+    /// are applied by the status machine in the same transaction; a
+    /// transfer now `processing` is looked up from `poll_after` on. A row
+    /// appears at most once.
     pub async fn settle(
         &self,
         batch: &[(ClaimedRow, Settlement)],
+        poll_after: Duration,
     ) -> Result<SettleReport, StoreError> {
         assert!(
             !batch.is_empty(),
@@ -215,7 +233,14 @@ impl OutboxStore {
         );
         let finals = FinalColumns::of(batch);
         let (later_ids, later) = rescheduled(batch);
-        assert_eq!(finals.id.len() + later.len(), batch.len());
+        let reported: Vec<(&ClaimedRow, &ProviderReport)> = batch
+            .iter()
+            .filter_map(|(r, s)| match s {
+                Settlement::Report(report) => Some((r, report)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finals.id.len() + later.len() + reported.len(), batch.len());
         let mut unique: Vec<Uuid> = batch.iter().map(|(r, _)| r.payout.transfer_id).collect();
         unique.sort_unstable();
         unique.dedup();
@@ -257,18 +282,45 @@ impl OutboxStore {
                     if row.get::<_, Option<Uuid>>("id").is_some() {
                         let transfer = super::transfers::transfer_from_row(row)?;
                         assert!(transfer.status.is_final(), "a settled transfer is final");
+                        assert_eq!(
+                            transfer.status_sequence, 1,
+                            "a pending transfer's first change"
+                        );
                         // A clock behind the creating engine's reads as 0.
                         creation_to_final.push(
                             (transfer.updated_at - transfer.created_at)
                                 .to_std()
                                 .unwrap_or_default(),
                         );
-                        events.push(NewEvent::of_final(&transfer));
+                        events.push(NewEvent::of_change(&transfer));
                     }
                 }
-                let deliveries = super::webhooks::insert_events(&tx, &events).await?;
+                let mut deliveries = super::webhooks::insert_events(&tx, &events).await?;
+                let mut changed: Vec<Uuid> = events.iter().map(|e| e.transfer_id).collect();
+                if !reported.is_empty() {
+                    let ids: Vec<Uuid> =
+                        reported.iter().map(|(r, _)| r.payout.transfer_id).collect();
+                    let attempts: Vec<i32> = reported.iter().map(|(r, _)| r.attempt).collect();
+                    let stmt = tx.prepare_cached(SETTLE_REPORTED).await?;
+                    let still_held: std::collections::HashSet<Uuid> = tx
+                        .query(&stmt, &[&ids, &attempts])
+                        .await?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    let reports = reported
+                        .iter()
+                        .filter(|(r, _)| still_held.contains(&r.payout.transfer_id))
+                        .map(|(r, report)| (r.payout.transfer_id, (*report).clone()))
+                        .collect();
+                    let applied =
+                        super::status::apply(&tx, reports, Source::Relay, poll_after).await?;
+                    held.extend(still_held);
+                    creation_to_final.extend(applied.creation_to_final);
+                    deliveries += applied.deliveries;
+                    changed.extend(applied.changed.iter().map(|t| t.id));
+                }
                 tx.commit().await?;
-                let finalized = events.iter().map(|e| e.transfer_id).collect();
                 for r in &rescheduled {
                     let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
                     let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
@@ -284,7 +336,7 @@ impl OutboxStore {
                         .iter()
                         .map(|(r, _)| held.contains(&r.payout.transfer_id))
                         .collect(),
-                    finalized,
+                    changed,
                     creation_to_final,
                     deliveries,
                 })
@@ -428,7 +480,7 @@ fn rescheduled(batch: &[(ClaimedRow, Settlement)]) -> (Vec<Uuid>, Reschedule<'_,
     let mut r = Reschedule::default();
     for (row, settlement) in batch {
         let (delay, error, ambiguous) = match settlement {
-            Settlement::Final { .. } => continue,
+            Settlement::Final { .. } | Settlement::Report(_) => continue,
             Settlement::Retry {
                 delay,
                 error,

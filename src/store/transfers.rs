@@ -4,12 +4,20 @@ use uuid::Uuid;
 
 use super::{Store, StoreError};
 use crate::domain::{
-    AccountId, Amount, ClientId, Currency, Description, IdempotencyKey, Metadata, NewTransfer,
-    Transfer, TransferStatus,
+    AccountId, Amount, Anomaly, ClientId, Currency, Description, IdempotencyKey, Metadata,
+    NewTransfer, Transfer, TransferStatus,
 };
 
 const COLUMNS: &str = "id, client_id, idempotency_key, status, amount, currency, source_account, \
-    destination_account, description, metadata, created_at, updated_at, provider_reference, failure_reason";
+    destination_account, description, metadata, created_at, updated_at, provider_reference, failure_reason, \
+    status_sequence, return_reason, returned_at";
+
+/// A transfer's anomalies as one JSON array, oldest first (a column of the
+/// read by id; an index lookup on a small table).
+const ANOMALIES: &str = "(SELECT COALESCE(jsonb_agg(jsonb_build_object(\
+    'status_then', a.status_then, 'reported', a.reported, 'reference', a.reference, 'reason', a.reason, \
+    'source', a.source, 'reported_at', to_char(a.reported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')) \
+    ORDER BY a.id), '[]') FROM transfer_anomalies a WHERE a.transfer_id = transfers.id) AS anomalies";
 
 /// One page of a client's transfers, newest first.
 #[derive(Debug)]
@@ -30,7 +38,7 @@ impl Store {
         self.with_client(|client| async move {
             let stmt = client
                 .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM transfers WHERE id = $1 AND client_id = $2"
+                    "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1 AND client_id = $2"
                 ))
                 .await?;
             client
@@ -128,5 +136,46 @@ pub(super) fn transfer_from_row(row: &tokio_postgres::Row) -> Result<Transfer, S
         updated_at: row.get("updated_at"),
         provider_reference: row.get("provider_reference"),
         failure_reason: row.get("failure_reason"),
+        status_sequence: row.get("status_sequence"),
+        return_reason: row.get("return_reason"),
+        returned_at: row.get("returned_at"),
+        anomalies: anomalies_of(row)?,
     })
+}
+
+/// The `anomalies` column where the read has one, else none.
+fn anomalies_of(row: &tokio_postgres::Row) -> Result<Vec<Anomaly>, StoreError> {
+    if !row.columns().iter().any(|c| c.name() == "anomalies") {
+        return Ok(Vec::new());
+    }
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        status_then: String,
+        reported: String,
+        reference: Option<String>,
+        reason: Option<String>,
+        source: String,
+        reported_at: String,
+    }
+    let raw: serde_json::Value = row.get("anomalies");
+    let stored: Vec<Stored> = serde_json::from_value(raw).map_err(corrupt_json("anomalies"))?;
+    stored
+        .into_iter()
+        .map(|a| {
+            Ok(Anomaly {
+                status_then: TransferStatus::parse(&a.status_then).ok_or_else(|| {
+                    StoreError::Corrupt(format!("anomaly status {}", a.status_then))
+                })?,
+                reported: a.reported,
+                reference: a.reference,
+                reason: a.reason,
+                source: a.source,
+                reported_at: a.reported_at,
+            })
+        })
+        .collect()
+}
+
+fn corrupt_json(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
+    move |e| StoreError::Corrupt(format!("{what}: {e}"))
 }

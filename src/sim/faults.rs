@@ -62,6 +62,27 @@ impl Faults {
         crate::sync::lock(&self.rng).gen_bool(p)
     }
 
+    /// Draws `true` with probability `p` (for the asynchronous mode's rates).
+    pub fn chance(&self, p: f64) -> bool {
+        self.draw(p)
+    }
+
+    /// A uniform draw in `0..n` (n > 0).
+    pub fn index(&self, n: usize) -> usize {
+        assert!(n > 0, "a draw from nothing");
+        crate::sync::lock(&self.rng).gen_range(0..n)
+    }
+
+    /// A uniform draw in `min..=max` milliseconds.
+    pub fn millis_between(&self, min: u64, max: u64) -> std::time::Duration {
+        let ms = if max <= min {
+            min
+        } else {
+            crate::sync::lock(&self.rng).gen_range(min..=max)
+        };
+        std::time::Duration::from_millis(ms)
+    }
+
     /// Should this request be answered `503` without executing?
     pub fn fail(&self) -> bool {
         self.draw(self.fail_rate)

@@ -25,6 +25,8 @@ pub struct App {
     pub faults: Faults,
     /// `--latency-ms`, spent after the payout is decided and before answering.
     pub latency: Duration,
+    /// The asynchronous mode: later outcomes and their notifications.
+    pub later: super::later::Later,
 }
 
 /// Registers the routes on an actix `App`.
@@ -85,7 +87,21 @@ async fn post_payout(req: HttpRequest, payload: web::Payload, app: web::Data<App
     };
     let id = request.transfer_id;
 
-    let admission = app.state.admit(request, |r| decide(&app.faults, r));
+    let admission = app
+        .state
+        .admit(request, |r| decide(&app.faults, app.later.async_rate, r));
+    if let Admission::Executed(_) = &admission {
+        // What happens after the answer, in the background.
+        match app.state.record(id).map(|r| r.status).as_deref() {
+            Some("processing") => {
+                tokio::spawn(super::later::settle_later(app.clone(), id));
+            }
+            Some("succeeded") if app.later.return_rate > 0.0 => {
+                tokio::spawn(super::later::return_later(app.clone(), id));
+            }
+            _ => {}
+        }
+    }
 
     if !app.latency.is_zero() {
         // Spent after the decision: a client that times out here leaves an
@@ -135,7 +151,14 @@ async fn post_payout(req: HttpRequest, payload: web::Payload, app: web::Data<App
     }
 }
 
-fn decide(faults: &Faults, r: &PayoutRequest) -> Answer {
+fn decide(faults: &Faults, async_rate: f64, r: &PayoutRequest) -> Answer {
+    if faults.chance(async_rate) {
+        // Decided later (`later::settle_later`).
+        return Answer::Processing {
+            reference: format!("sim_{}", Uuid::new_v4()),
+            transfer_id: r.transfer_id,
+        };
+    }
     match faults.decline(&r.destination_account) {
         Some(reason) => Answer::Declined {
             reason: reason.to_owned(),

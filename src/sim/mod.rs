@@ -8,6 +8,7 @@
 
 pub mod faults;
 pub mod handlers;
+pub mod later;
 pub mod state;
 pub mod wire;
 
@@ -69,6 +70,60 @@ pub struct SimArgs {
     /// HTTP worker threads (default: actix's choice, the number of cores).
     #[arg(long, env = "PAYRAIL_SIM_WORKERS")]
     pub workers: Option<usize>,
+
+    /// Probability (0..=1) that a payout executing for the first time is
+    /// answered `processing` and decided later, as real payout rails do.
+    #[arg(long, env = "PAYRAIL_SIM_ASYNC_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub async_rate: f64,
+
+    /// How long a `processing` payout waits for its decision, and a
+    /// returned one for its return: uniform in `MIN..MAX` milliseconds.
+    #[arg(long, env = "PAYRAIL_SIM_SETTLE_AFTER_MS", default_value = "100..2000", value_parser = parse_ms_range)]
+    pub settle_after_ms: (u64, u64),
+
+    /// Probability (0..=1) that a succeeded payout is returned later.
+    #[arg(long, env = "PAYRAIL_SIM_RETURN_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub return_rate: f64,
+
+    /// Where to send signed notifications of later changes (the engine's
+    /// `POST /provider/notifications`); none without it.
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_URL", requires = "notify_secret")]
+    pub notify_url: Option<String>,
+
+    /// The secret notifications are signed with (`whsec_…`).
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_SECRET", value_parser = crate::domain::webhook::WebhookSecret::parse, hide_env_values = true)]
+    pub notify_secret: Option<crate::domain::webhook::WebhookSecret>,
+
+    /// Probability (0..=1) that a notification is sent twice.
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_DUPLICATE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub notify_duplicate_rate: f64,
+
+    /// Probability (0..=1) that a notification is never sent (the engine's
+    /// lookups must catch it).
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_DROP_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub notify_drop_rate: f64,
+
+    /// Probability (0..=1) that a notification is held back so that a later
+    /// one overtakes it.
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_REORDER_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub notify_reorder_rate: f64,
+}
+
+/// clap value parser for `--settle-after-ms`: `MIN..MAX` (or one number).
+pub fn parse_ms_range(s: &str) -> Result<(u64, u64), String> {
+    let number = |v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{v:?} is not a number of milliseconds: {e}"))
+    };
+    let (min, max) = match s.split_once("..") {
+        Some((a, b)) => (number(a)?, number(b)?),
+        None => (number(s)?, number(s)?),
+    };
+    if min > max {
+        return Err(format!("{min} is above {max}"));
+    }
+    Ok((min, max))
 }
 
 impl Default for SimArgs {
@@ -84,6 +139,14 @@ impl Default for SimArgs {
             seed: None,
             max_payouts: 1_000_000,
             workers: None,
+            async_rate: 0.0,
+            settle_after_ms: (100, 2000),
+            return_rate: 0.0,
+            notify_url: None,
+            notify_secret: None,
+            notify_duplicate_rate: 0.0,
+            notify_drop_rate: 0.0,
+            notify_reorder_rate: 0.0,
         }
     }
 }
@@ -113,9 +176,20 @@ impl SimArgs {
             ("ambiguous_rate", self.ambiguous_rate),
             ("decline_rate", self.decline_rate),
             ("repeat_reject_rate", self.repeat_reject_rate),
+            ("async_rate", self.async_rate),
+            ("return_rate", self.return_rate),
+            ("notify_duplicate_rate", self.notify_duplicate_rate),
+            ("notify_drop_rate", self.notify_drop_rate),
+            ("notify_reorder_rate", self.notify_reorder_rate),
         ] {
             check_rate(v)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: {e}")))?;
+        }
+        if self.notify_url.is_some() != self.notify_secret.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "notify_url and notify_secret go together",
+            ));
         }
         if self.workers == Some(0) {
             return Err(io::Error::new(
@@ -224,6 +298,7 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
         faults: Faults::new(seed, args.fail_rate, args.ambiguous_rate, args.decline_rate)
             .with_repeat_reject_rate(args.repeat_reject_rate),
         latency: Duration::from_millis(args.latency_ms),
+        later: later(&args)?,
     });
     let counter = app.clone();
     let mut server = HttpServer::new(move || {
@@ -255,6 +330,25 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
         "provider-sim listening"
     );
     Ok(server)
+}
+
+fn later(args: &SimArgs) -> io::Result<later::Later> {
+    let notifier = match (&args.notify_url, &args.notify_secret) {
+        (Some(url), Some(secret)) => {
+            let mut n = later::Notifier::new(url.clone(), secret.clone())?;
+            n.duplicate_rate = args.notify_duplicate_rate;
+            n.drop_rate = args.notify_drop_rate;
+            n.reorder_rate = args.notify_reorder_rate;
+            Some(n)
+        }
+        _ => None,
+    };
+    Ok(later::Later {
+        async_rate: args.async_rate,
+        settle_after_ms: args.settle_after_ms,
+        return_rate: args.return_rate,
+        notifier,
+    })
 }
 
 /// Starts the sim and serves until Ctrl-C or SIGTERM, then stops gracefully.

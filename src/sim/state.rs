@@ -110,8 +110,13 @@ impl SimState {
         let answer = decide(&request);
         let answer_bytes = Bytes::from(serde_json::to_vec(&answer).expect("answer serializes"));
         stats.executions += 1;
-        if matches!(answer, Answer::Declined { .. }) {
-            stats.declined += 1;
+        match answer {
+            Answer::Declined { .. } => stats.declined += 1,
+            Answer::Processing { .. } => {
+                stats.accepted_async += 1;
+                stats.processing += 1;
+            }
+            Answer::Succeeded { .. } => {}
         }
         let id = request.transfer_id;
         let (status, reference, reason) = answer.outcome();
@@ -124,6 +129,7 @@ impl SimState {
             replays: 0,
             ambiguous: false,
             executed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            updated_at: None,
         };
         payouts.insert(
             id,
@@ -136,6 +142,55 @@ impl SimState {
         Admission::Executed(answer_bytes)
     }
 
+    /// Decides a `processing` payout: declined with `decline`'s reason, else
+    /// succeeded. Returns the record as it is now; `None` when `id` is not
+    /// processing.
+    pub fn decide(&self, id: Uuid, decline: Option<&str>) -> Option<PayoutRecord> {
+        let mut inner = self.lock();
+        let Inner { payouts, stats } = &mut *inner;
+        let entry = payouts.get_mut(&id)?;
+        if entry.record.status != "processing" {
+            return None;
+        }
+        stats.processing -= 1;
+        let r = &mut entry.record;
+        match decline {
+            Some(reason) => {
+                stats.declined += 1;
+                r.status = "declined".into();
+                r.reason = Some(reason.to_owned());
+            }
+            None => r.status = "succeeded".into(),
+        }
+        r.updated_at = Some(now());
+        Some(r.clone())
+    }
+
+    /// Returns a succeeded payout with `reason`; `None` when `id` is not
+    /// succeeded.
+    pub fn return_payout(&self, id: Uuid, reason: &str) -> Option<PayoutRecord> {
+        let mut inner = self.lock();
+        let Inner { payouts, stats } = &mut *inner;
+        let entry = payouts.get_mut(&id)?;
+        if entry.record.status != "succeeded" {
+            return None;
+        }
+        stats.returned += 1;
+        let r = &mut entry.record;
+        r.status = "returned".into();
+        r.reason = Some(reason.to_owned());
+        r.updated_at = Some(now());
+        Some(r.clone())
+    }
+
+    /// Counts notifications: accepted by the receiver, dropped, given up.
+    pub fn count_notifications(&self, sent: u64, dropped: u64, failed: u64) {
+        let mut inner = self.lock();
+        inner.stats.notifications_sent += sent;
+        inner.stats.notifications_dropped += dropped;
+        inner.stats.notifications_failed += failed;
+    }
+
     /// The record of `id`, if it executed.
     pub fn record(&self, id: Uuid) -> Option<PayoutRecord> {
         self.lock().payouts.get(&id).map(|e| e.record.clone())
@@ -145,6 +200,10 @@ impl SimState {
     pub fn stats(&self) -> Stats {
         self.lock().stats
     }
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]

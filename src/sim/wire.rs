@@ -72,6 +72,14 @@ pub enum Answer {
         /// Echo of the business id.
         transfer_id: Uuid,
     },
+    /// Accepted, decided later (`--async-rate`):
+    /// `{"status":"processing","reference":"sim_…","transfer_id":"…"}`.
+    Processing {
+        /// The sim's reference, `sim_<uuid>`.
+        reference: String,
+        /// Echo of the business id.
+        transfer_id: Uuid,
+    },
 }
 
 impl Answer {
@@ -82,6 +90,9 @@ impl Answer {
                 ("succeeded".into(), Some(reference.clone()), None)
             }
             Answer::Declined { reason, .. } => ("declined".into(), None, Some(reason.clone())),
+            Answer::Processing { reference, .. } => {
+                ("processing".into(), Some(reference.clone()), None)
+            }
         }
     }
 }
@@ -116,6 +127,24 @@ pub struct Stats {
     /// TCP connections accepted, on every route: a client that keeps its
     /// connections alive opens about as many as it has requests in flight.
     pub connections: u64,
+    /// Payouts answered `processing` (`--async-rate`).
+    #[serde(default)]
+    pub accepted_async: u64,
+    /// Of those, the ones not yet decided.
+    #[serde(default)]
+    pub processing: u64,
+    /// Succeeded payouts returned later (`--return-rate`).
+    #[serde(default)]
+    pub returned: u64,
+    /// Notifications the receiver accepted (a duplicate counts twice).
+    #[serde(default)]
+    pub notifications_sent: u64,
+    /// Notifications never sent (`--notify-drop-rate`).
+    #[serde(default)]
+    pub notifications_dropped: u64,
+    /// Notifications the receiver never accepted, every retry spent.
+    #[serde(default)]
+    pub notifications_failed: u64,
 }
 
 /// `GET /payouts/{id}`: the request as first received, its decision, and how
@@ -127,7 +156,8 @@ pub struct PayoutRecord {
     /// The request that executed.
     #[serde(flatten)]
     pub request: PayoutRequest,
-    /// `succeeded` or `declined`, as in the stored answer.
+    /// `processing`, `succeeded`, `declined` or `returned`: where the payout
+    /// is now (the stored answer keeps what the `POST` was told).
     pub status: String,
     /// The reference of a success.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -143,4 +173,8 @@ pub struct PayoutRecord {
     pub ambiguous: bool,
     /// When it executed, RFC 3339 UTC.
     pub executed_at: String,
+    /// When its status last changed after the answer (decided or
+    /// returned), RFC 3339 UTC.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub updated_at: Option<String>,
 }

@@ -62,7 +62,8 @@ pub struct Applied {
 /// then re-checks the condition on the row as that one left it.
 const CHANGE: &str = "
 WITH i AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[]) AS i(id, status, reference, reason)
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[])
+        WITH ORDINALITY AS i(id, status, reference, reason, n)
 ), changed AS (
     UPDATE transfers t SET status = i.status,
         provider_reference = COALESCE(i.reference, t.provider_reference),
@@ -80,7 +81,8 @@ WITH i AS (
     RETURNING t.*
 )
 SELECT i.id AS reported_id, before.status AS status_then, changed.*
-FROM i LEFT JOIN transfers before ON before.id = i.id LEFT JOIN changed ON changed.id = i.id";
+FROM i LEFT JOIN transfers before ON before.id = i.id LEFT JOIN changed ON changed.id = i.id
+ORDER BY i.n";
 
 /// Transfers now `processing` are looked up from `$2` seconds on.
 const START_POLLS: &str = "

@@ -89,11 +89,26 @@ pub async fn spawn_app() -> TestApp {
 
 /// The engine on `database_url` with extra `serve` flags.
 pub async fn spawn_app_with(database_url: &str, extra: &[&str]) -> TestApp {
+    spawn_app_listening(database_url, "127.0.0.1:0", extra).await
+}
+
+/// A port nobody listens on now (for a process that must know its
+/// address before it starts, as a provider sending notifications does).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The engine on `database_url`, listening on `listen`, with extra flags.
+pub async fn spawn_app_listening(database_url: &str, listen: &str, extra: &[&str]) -> TestApp {
     let mut args = vec![
         "--database-url",
         database_url,
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--shards",
         "2",
         "--http-workers",
@@ -403,10 +418,14 @@ impl TestApp {
             .unwrap()
     }
 
-    /// The transfer once it is no longer `pending` (20 s at most).
+    /// The transfer once the provider decided it: no longer `pending` or
+    /// `processing` (20 s at most).
     pub async fn wait_final(&self, id: &str) -> Value {
         wait_for("a final status", Duration::from_secs(20), || async {
-            self.transfer(id).await["status"] != "pending"
+            !matches!(
+                self.transfer(id).await["status"].as_str(),
+                Some("pending" | "processing")
+            )
         })
         .await;
         self.transfer(id).await

@@ -1,0 +1,191 @@
+//! The sim's asynchronous mode, what a real payout rail does after its
+//! answer: a payout answered `processing` (`--async-rate`) is decided after
+//! a random delay (`--settle-after-ms`), a succeeded payout may come back
+//! `returned` later (`--return-rate`), and every change is told to
+//! `--notify-url` by a notification signed like a webhook (Standard
+//! Webhooks, `--notify-secret`): sometimes twice, sometimes late (overtaken
+//! by a later one), sometimes never (`--notify-*-rate`), and sent again on
+//! any answer but a `2xx`, as a provider does.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix_web::web;
+use uuid::Uuid;
+
+use super::handlers::App;
+use super::wire::PayoutRecord;
+use crate::domain::webhook::WebhookSecret;
+
+/// Reasons a returned payout gives.
+pub const RETURN_REASONS: &[&str] = &["account_closed", "beneficiary_rejected", "invalid_account"];
+
+/// Tries of one notification before the sim gives up on it.
+pub const NOTIFY_TRIES_MAX: u32 = 10;
+/// First pause between two tries; doubles, up to [`NOTIFY_RETRY_CAP`].
+const NOTIFY_RETRY_BASE: Duration = Duration::from_millis(200);
+const NOTIFY_RETRY_CAP: Duration = Duration::from_secs(10);
+/// Bound on one notification request.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The asynchronous mode's settings.
+pub struct Later {
+    /// Probability of answering `processing`.
+    pub async_rate: f64,
+    /// Delay before a decision, and before a return, in milliseconds.
+    pub settle_after_ms: (u64, u64),
+    /// Probability that a succeeded payout is returned later.
+    pub return_rate: f64,
+    /// Where notifications go, if anywhere.
+    pub notifier: Option<Notifier>,
+}
+
+/// Sends signed notifications.
+pub struct Notifier {
+    client: reqwest::Client,
+    url: String,
+    secret: WebhookSecret,
+    /// Probability a notification is sent twice.
+    pub duplicate_rate: f64,
+    /// Probability a notification is never sent.
+    pub drop_rate: f64,
+    /// Probability a notification is held back, so a later one overtakes it.
+    pub reorder_rate: f64,
+}
+
+impl Notifier {
+    /// Notifications to `url`, signed with `secret`.
+    pub fn new(url: String, secret: WebhookSecret) -> std::io::Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(NOTIFY_TIMEOUT)
+            .build()
+            .map_err(std::io::Error::other)?;
+        Ok(Self {
+            client,
+            url,
+            secret,
+            duplicate_rate: 0.0,
+            drop_rate: 0.0,
+            reorder_rate: 0.0,
+        })
+    }
+}
+
+/// After a `processing` answer: decide the payout later, tell, and maybe
+/// return it later still.
+pub async fn settle_later(app: web::Data<App>, id: Uuid) {
+    let (min, max) = app.later.settle_after_ms;
+    tokio::time::sleep(app.faults.millis_between(min, max)).await;
+    let Some(record) = app.state.record(id) else {
+        return;
+    };
+    let decline = app.faults.decline(&record.request.destination_account);
+    let Some(decided) = app.state.decide(id, decline) else {
+        return;
+    };
+    let succeeded = decided.status == "succeeded";
+    notify(&app, decided);
+    if succeeded {
+        return_later(app, id).await;
+    }
+}
+
+/// After a success: with `--return-rate`, return it after a delay, and tell.
+pub async fn return_later(app: web::Data<App>, id: Uuid) {
+    if !app.faults.chance(app.later.return_rate) {
+        return;
+    }
+    let (min, max) = app.later.settle_after_ms;
+    tokio::time::sleep(app.faults.millis_between(min, max)).await;
+    let reason = RETURN_REASONS[app.faults.index(RETURN_REASONS.len())];
+    if let Some(returned) = app.state.return_payout(id, reason) {
+        notify(&app, returned);
+    }
+}
+
+/// `{"type":"payout.updated","data":{"transfer_id","status","reference","reason"}}`.
+pub fn notification_body(record: &PayoutRecord) -> String {
+    serde_json::json!({
+        "type": "payout.updated",
+        "data": {
+            "transfer_id": record.request.transfer_id,
+            "status": record.status,
+            "reference": record.reference,
+            "reason": record.reason,
+        }
+    })
+    .to_string()
+}
+
+/// Tells the receiver about `record`'s current status, with the faults
+/// configured, in the background.
+fn notify(app: &web::Data<App>, record: PayoutRecord) {
+    let Some(n) = &app.later.notifier else {
+        return;
+    };
+    if app.faults.chance(n.drop_rate) {
+        app.state.count_notifications(0, 1, 0);
+        return;
+    }
+    let id = format!("ntf_{}", Uuid::new_v4());
+    let body = notification_body(&record);
+    let copies = if app.faults.chance(n.duplicate_rate) {
+        2
+    } else {
+        1
+    };
+    let (min, max) = app.later.settle_after_ms;
+    for _ in 0..copies {
+        // Held back past the next change's delay, so that one overtakes it.
+        let hold = if app.faults.chance(n.reorder_rate) {
+            app.faults
+                .millis_between(max, max.saturating_mul(2).max(min + 100))
+        } else {
+            Duration::ZERO
+        };
+        let (app, id, body) = (app.clone(), id.clone(), body.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            let sent = deliver(&app, &id, &body).await;
+            app.state
+                .count_notifications(u64::from(sent), 0, u64::from(!sent));
+        });
+    }
+}
+
+/// Sends one notification until the receiver answers `2xx`, at most
+/// [`NOTIFY_TRIES_MAX`] times; each try is signed anew.
+async fn deliver(app: &App, id: &str, body: &str) -> bool {
+    let Some(n) = &app.later.notifier else {
+        return false;
+    };
+    let mut pause = NOTIFY_RETRY_BASE;
+    for _ in 0..NOTIFY_TRIES_MAX {
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs() as i64;
+        let answer = n
+            .client
+            .post(&n.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", at.to_string())
+            .header("webhook-signature", n.secret.sign(id, at, body.as_bytes()))
+            .body(body.to_owned())
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status().is_success() => return true,
+            Ok(r) => {
+                tracing::debug!(id, status = %r.status(), "notification refused; sending it again")
+            }
+            Err(e) => {
+                tracing::debug!(id, error = %e, "notification not delivered; sending it again")
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(NOTIFY_RETRY_CAP);
+    }
+    tracing::warn!(id, "notification given up after every try");
+    false
+}

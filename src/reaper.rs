@@ -1,6 +1,7 @@
 //! The reaper actor: deletes idempotency-key rows past `--key-retention`,
-//! finished webhook events past `--event-retention` and endpoints deleted
-//! longer ago than that, in bounded batches, and reports how far behind it
+//! finished webhook events past `--event-retention`, endpoints deleted
+//! longer ago than that and provider notification ids past
+//! `--provider-notification-retention`, in bounded batches, and reports how far behind it
 //! is (`payrail_reaper_expired_keys`, `..._oldest_age_seconds`). Correctness never depends on it (an expired key row is replaced
 //! by the next write of its key; an event is only deleted once nothing is
 //! left to deliver); it keeps those tables from growing forever.
@@ -28,6 +29,8 @@ pub struct ReaperLimits {
     pub batches_per_tick_max: usize,
     /// Age past which a finished webhook event is deleted.
     pub event_retention: Duration,
+    /// Age past which a provider notification id is forgotten.
+    pub notification_retention: Duration,
 }
 
 impl From<&crate::config::ServeConfig> for ReaperLimits {
@@ -37,6 +40,7 @@ impl From<&crate::config::ServeConfig> for ReaperLimits {
             batch_rows_max: config.reaper_batch_max,
             batches_per_tick_max: config.reaper_batches_per_tick_max,
             event_retention: config.event_retention,
+            notification_retention: config.outcomes.provider_notification_retention,
         }
     }
 }
@@ -73,8 +77,12 @@ impl Reaper {
         }
         self.busy = true;
         let store = self.store.clone();
-        let (keys_store, events_store, endpoints_store) =
-            (store.keys(), store.events(), store.endpoints());
+        let (keys_store, events_store, endpoints_store, notifications_store) = (
+            store.keys(),
+            store.events(),
+            store.endpoints(),
+            store.notifications(),
+        );
         let limits = self.limits;
         let work = async move {
             let keys = reap(limits, "idempotency keys", |batch| {
@@ -93,6 +101,12 @@ impl Reaper {
                 endpoints_store.purge_deleted(gone_before, batch)
             })
             .await;
+            let notifications = reap(limits, "provider notification ids", |batch| {
+                notifications_store.purge(limits.notification_retention, batch)
+            })
+            .await;
+            metrics::counter!("payrail_reaped_provider_notifications_total")
+                .increment(notifications);
             if endpoints > 0 {
                 tracing::info!(
                     endpoints,

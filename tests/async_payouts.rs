@@ -228,6 +228,10 @@ async fn notifications_are_authenticated_idempotent_and_never_move_a_transfer_ba
         })
         .await;
     }
+    // Both accepted and undecided: `payrail transfers stuck` lists them
+    // once they pass the limit (here: at once).
+    let stuck = app.store.polls().stuck(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(stuck.len(), 2);
 
     // Not the provider: refused, nothing changes.
     let stranger = WebhookSecret::generate();

@@ -36,6 +36,9 @@ pub enum Command {
     /// Inspects and retries outbox rows.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Inspects transfers the provider accepted and has not decided.
+    #[command(subcommand)]
+    Transfers(TransfersCommand),
     /// Runs provider-sim, a stand-in payment provider with fault injection.
     ProviderSim(SimArgs),
     /// Runs a webhook receiver that checks signatures, for tests and `payrail dev`.
@@ -120,6 +123,25 @@ pub enum OutboxCommand {
     },
 }
 
+/// `payrail transfers …`
+#[derive(Debug, Subcommand)]
+pub enum TransfersCommand {
+    /// Prints, as JSON lines, transfers `processing` for longer than
+    /// `--older-than` (longest first): accepted by the provider, with no
+    /// outcome yet. They are still looked up; ask the provider about them.
+    Stuck {
+        /// How long `processing` counts as stuck (`serve`'s
+        /// --provider-processing-max).
+        #[arg(long, default_value = "7days", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+        /// Most transfers printed.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        #[command(flatten)]
+        database: AdminDatabase,
+    },
+}
+
 /// Runs a parsed command line to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -138,6 +160,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Client(cmd) => client::run(cmd).await,
         Command::Outbox(cmd) => outbox::run(cmd).await,
+        Command::Transfers(TransfersCommand::Stuck {
+            older_than,
+            limit,
+            database,
+        }) => {
+            let store = crate::store::Store::connect(&database.resolve()?)?;
+            let stuck = store.polls().stuck(older_than, limit).await?;
+            if stuck.is_empty() {
+                eprintln!(
+                    "no transfer has been processing for longer than {}",
+                    humantime::format_duration(older_than)
+                );
+            }
+            for s in stuck {
+                println!("{}", serde_json::to_string(&s)?);
+            }
+            Ok(())
+        }
         Command::ProviderSim(args) => Ok(crate::sim::run(args).await?),
         Command::WebhookSink(args) => Ok(crate::webhook::sink::run(args).await?),
         Command::Dev(args) => dev::run(args).await,

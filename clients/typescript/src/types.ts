@@ -3,11 +3,60 @@
 // and the `Exhaustive` checks make the compiler keep them in step with the
 // interfaces, so the two sides cannot drift apart silently.
 
-/** A transfer's state: `pending` until the provider's final answer. */
-export type TransferStatus = "pending" | "succeeded" | "failed";
+/**
+ * A transfer's state. `pending` until the provider accepts it; `processing`
+ * while the provider has accepted it and not decided; then `succeeded` or
+ * `failed`. A `succeeded` transfer may still become `returned` (the
+ * receiving bank sent the money back). Nothing else ever changes.
+ */
+export type TransferStatus = "pending" | "processing" | "succeeded" | "failed" | "returned";
 
 /** Every value of {@link TransferStatus}. */
-export const TRANSFER_STATUSES = ["pending", "succeeded", "failed"] as const satisfies readonly TransferStatus[];
+export const TRANSFER_STATUSES = ["pending", "processing", "succeeded", "failed", "returned"] as const satisfies readonly TransferStatus[];
+
+/** True once the provider decided (`succeeded`, `failed`, `returned`). */
+export function isDecided(status: TransferStatus): boolean {
+  return status !== "pending" && status !== "processing";
+}
+
+/** The webhook event of each status change (`EventType`). */
+export type TransferEventType = "transfer.processing" | "transfer.succeeded" | "transfer.failed" | "transfer.returned";
+
+/** Every value of {@link TransferEventType}. */
+export const TRANSFER_EVENT_TYPES = [
+  "transfer.processing",
+  "transfer.succeeded",
+  "transfer.failed",
+  "transfer.returned",
+] as const satisfies readonly TransferEventType[];
+
+/** A webhook event's body. Order a transfer's events by `data.sequence`: deliveries may arrive out of order. */
+export interface TransferEvent {
+  /** `evt_<uuid>`, also the `webhook-id` header: deduplicate on it. */
+  id: string;
+  type: TransferEventType;
+  /** RFC 3339, UTC: when the status changed. */
+  created_at: string;
+  data: {
+    object: Transfer;
+    /** 1 for a transfer's first change, then 2, 3, … */
+    sequence: number;
+  };
+}
+
+/** A provider report that contradicted a decided status; it changed nothing (`Anomaly`). */
+export interface Anomaly {
+  /** The transfer's status when the report came. */
+  status_then: TransferStatus;
+  /** `processing`, `succeeded`, `declined` or `returned`. */
+  reported: string;
+  reference: string | null;
+  reason: string | null;
+  /** `relay`, `notification` or `poll`. */
+  source: string;
+  /** RFC 3339, UTC. */
+  reported_at: string;
+}
 
 /** A transfer, as `POST /transfers` and `GET /transfers/{id}` answer it (`TransferView`). */
 export interface Transfer {
@@ -33,6 +82,12 @@ export interface Transfer {
   provider_reference: string | null;
   /** Set when it failed. */
   failure_reason: string | null;
+  /** Set once `returned`. */
+  return_reason: string | null;
+  /** RFC 3339, UTC; set once `returned`. */
+  returned_at: string | null;
+  /** Reports that contradicted its decided status (`GET /transfers/{id}`; `[]` elsewhere). */
+  anomalies: Anomaly[];
 }
 
 /** The body of `POST /transfers` (`CreateTransfer`). Unknown fields are refused. */
@@ -98,7 +153,13 @@ export const TRANSFER_FIELDS = fields<Transfer>()([
   "updated_at",
   "provider_reference",
   "failure_reason",
+  "return_reason",
+  "returned_at",
+  "anomalies",
 ]);
+
+/** Every field of {@link Anomaly}. */
+export const ANOMALY_FIELDS = fields<Anomaly>()(["status_then", "reported", "reference", "reason", "source", "reported_at"]);
 
 /** Every field of {@link CreateTransferParams}. */
 export const CREATE_TRANSFER_FIELDS = fields<CreateTransferParams>()([

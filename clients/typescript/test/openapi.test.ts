@@ -12,6 +12,8 @@ import {
   TRANSFER_FIELDS,
   TRANSFER_LIST_FIELDS,
   TRANSFER_STATUSES,
+  TRANSFER_EVENT_TYPES,
+  ANOMALY_FIELDS,
 } from "../src/index.js";
 import { baseUrl } from "./helpers.js";
 
@@ -63,6 +65,13 @@ test("Transfer matches TransferView", () => {
   assert.deepEqual(sorted(Object.keys(s.properties ?? {})), sorted(TRANSFER_FIELDS));
   assert.deepEqual(sorted(s.required ?? []), sorted(TRANSFER_FIELDS), "every field is always present");
   assert.deepEqual(sorted(resolve(s.properties!.status!).enum ?? []), sorted(TRANSFER_STATUSES));
+});
+
+test("Anomaly and the event types match", () => {
+  const s = schema("Anomaly");
+  assert.deepEqual(sorted(Object.keys(s.properties ?? {})), sorted(ANOMALY_FIELDS));
+  assert.deepEqual(sorted(s.required ?? []), sorted(ANOMALY_FIELDS));
+  assert.deepEqual(sorted(resolve(schema("EventType")).enum ?? []), sorted(TRANSFER_EVENT_TYPES));
 });
 
 test("CreateTransferParams matches CreateTransfer", () => {

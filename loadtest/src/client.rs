@@ -103,7 +103,7 @@ impl TransferBody {
 pub struct Transfer {
     /// Transfer id.
     pub id: Uuid,
-    /// `pending`, `succeeded` or `failed`.
+    /// `pending`, `processing`, `succeeded`, `failed` or `returned`.
     pub status: String,
     /// Minor units.
     pub amount: i64,
@@ -126,6 +126,16 @@ pub struct Transfer {
     pub provider_reference: Option<String>,
     /// Why it failed.
     pub failure_reason: Option<String>,
+    /// Why it came back, once `returned`.
+    #[serde(default)]
+    pub return_reason: Option<String>,
+}
+
+impl Transfer {
+    /// True once the provider decided it (not `pending`, not `processing`).
+    pub fn is_decided(&self) -> bool {
+        !matches!(self.status.as_str(), "pending" | "processing")
+    }
 }
 
 /// One page of `GET /transfers`.
@@ -297,6 +307,10 @@ pub struct SimStats {
     pub replays: u64,
     /// Distinct business ids stored.
     pub distinct_ids: u64,
+    /// Decisions, returns and notifications still to come (its
+    /// asynchronous mode).
+    #[serde(default)]
+    pub later_pending: u64,
 }
 
 /// provider-sim's `GET /payouts/{id}`, the fields this load test compares.
@@ -312,16 +326,10 @@ pub struct PayoutRecord {
     pub source_account: String,
     /// Account credited.
     pub destination_account: String,
-    /// `{"status":"succeeded","reference":…}` or `{"status":"declined","reason":…}`.
-    pub answer: PayoutAnswer,
-}
-
-/// The sim's decision.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PayoutAnswer {
-    /// `succeeded` or `declined`.
+    /// Where the payout is now: `processing`, `succeeded`, `declined` or
+    /// `returned`.
     pub status: String,
-    /// Set when succeeded.
+    /// Set once accepted or executed.
     pub reference: Option<String>,
 }
 

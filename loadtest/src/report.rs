@@ -170,8 +170,8 @@ impl Report {
         let v = &self.verification;
         let _ = writeln!(
             s,
-            "read back:   {} transfers of this run ({} succeeded, {} failed, {} pending), {} read one by one, {} of other keys ignored",
-            v.transfers, v.succeeded, v.failed, v.pending, v.read_back, v.foreign_ignored
+            "read back:   {} transfers of this run ({} succeeded, {} failed, {} returned, {} pending or processing), {} read one by one, {} of other keys ignored",
+            v.transfers, v.succeeded, v.failed, v.returned, v.pending, v.read_back, v.foreign_ignored
         );
         if let Some(p) = &v.provider {
             let _ = writeln!(

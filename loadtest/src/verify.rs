@@ -37,7 +37,9 @@ pub struct VerifySummary {
     pub succeeded: u64,
     /// Of those, `failed` at the end.
     pub failed: u64,
-    /// Of those, still `pending` at the end.
+    /// Of those, `returned` at the end.
+    pub returned: u64,
+    /// Of those, still `pending` or `processing` at the end.
     pub pending: u64,
     /// Transfers read one by one with `GET /transfers/{id}`.
     pub read_back: u64,
@@ -180,16 +182,25 @@ pub async fn audit(a: Audit<'_>) -> VerifySummary {
     }
     summary.transfers = ours.values().map(|ts| ts.len() as u64).sum();
 
-    // 3. With the provider: wait until the relay has settled every transfer.
+    // 3. With the provider: wait until the provider has decided, returned
+    // and told all it will (its asynchronous mode), then until payrail has
+    // settled every transfer (by the relay, notifications or lookups).
     let mut drain_s = 0.0;
-    if a.sim.is_some() {
+    if let Some((sim, _)) = a.sim {
+        let drain_started = Instant::now();
+        let quiet_by = drain_started + a.drain_timeout;
+        while Instant::now() < quiet_by {
+            match sim.stats(READ_TIMEOUT).await {
+                Ok(s) if s.later_pending == 0 => break,
+                _ => tokio::time::sleep(DRAIN_POLL).await,
+            }
+        }
         let pending: Vec<Uuid> = ours
             .values()
             .flatten()
-            .filter(|t| t.status == "pending")
+            .filter(|t| !t.is_decided())
             .map(|t| t.id)
             .collect();
-        let drain_started = Instant::now();
         let left = drain(a.api, pending, a.drain_timeout, a.concurrency).await;
         drain_s = drain_started.elapsed().as_secs_f64();
         if !left.is_empty() {
@@ -226,6 +237,7 @@ pub async fn audit(a: Audit<'_>) -> VerifySummary {
         match t.status.as_str() {
             "succeeded" => summary.succeeded += 1,
             "failed" => summary.failed += 1,
+            "returned" => summary.returned += 1,
             _ => summary.pending += 1,
         }
     }
@@ -286,7 +298,7 @@ pub async fn audit(a: Audit<'_>) -> VerifySummary {
         let settled: Vec<&Transfer> = finals
             .iter()
             .map(|(t, _)| t)
-            .filter(|t| t.status != "pending")
+            .filter(|t| t.is_decided())
             .collect();
         match tokio::time::timeout_at(deadline, compare_payouts(sim, &settled, a.concurrency, v)).await {
             Ok(n) => p.payouts_checked = n,
@@ -345,7 +357,7 @@ async fn drain(
         let round = futures::stream::iter(pending.clone())
             .map(|id| async move {
                 match api.get_transfer(id, READ_TIMEOUT).await {
-                    Ok(Some(t)) if t.status != "pending" => None,
+                    Ok(Some(t)) if t.is_decided() => None,
                     // Still pending, or unreadable for now: ask again next round.
                     _ => Some(id),
                 }
@@ -408,14 +420,17 @@ fn check_transfer(t: &Transfer, intent: &Intent, v: &Violations) {
         ));
     }
     match t.status.as_str() {
-        "pending" => {}
-        "succeeded" if t.provider_reference.is_none() => {
+        "pending" | "processing" => {}
+        "returned" if t.return_reason.is_none() => {
+            v.push(format!("{what}: returned without return_reason"))
+        }
+        "succeeded" | "returned" if t.provider_reference.is_none() => {
             v.push(format!("{what}: succeeded without provider_reference"))
         }
         "failed" if t.failure_reason.is_none() => {
             v.push(format!("{what}: failed without failure_reason"))
         }
-        "succeeded" | "failed" => {}
+        "succeeded" | "failed" | "returned" => {}
         other => v.push(format!("{what}: unknown status {other:?}")),
     }
 }
@@ -468,12 +483,12 @@ async fn compare_payouts(
                         p.source_account, p.destination_account
                     ));
                 }
-                match (t.status.as_str(), p.answer.status.as_str()) {
-                    ("succeeded", "succeeded") => {
-                        if t.provider_reference != p.answer.reference {
+                match (t.status.as_str(), p.status.as_str()) {
+                    ("succeeded", "succeeded") | ("returned", "returned") => {
+                        if t.provider_reference != p.reference {
                             diffs.push(format!(
                                 "reference {:?} vs payrail's {:?}",
-                                p.answer.reference, t.provider_reference
+                                p.reference, t.provider_reference
                             ));
                         }
                     }

@@ -1,7 +1,10 @@
-//! With `--webhook-sink`: after the drain, every transfer of this run that
-//! became final was announced to the sink by exactly one event (one
-//! distinct `webhook-id`), of the right type, validly signed; none that is
-//! still pending was.
+//! With `--webhook-sink`: after the drain, every status change of every
+//! transfer of this run was announced to the sink by exactly one event (one
+//! distinct `webhook-id`), validly signed: a transfer's events, ordered by
+//! `data.sequence`, number 1, 2, 3, … and spell an allowed path of the
+//! status machine (`processing` perhaps, then `succeeded` or `failed`,
+//! then perhaps `returned`) ending in its status now; none announced a
+//! pending one.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -83,6 +86,12 @@ pub async fn check(
         .filter(|t| t.status != "pending")
         .map(|t| t.id)
         .collect();
+    // Announced means: every change up to its status now.
+    let complete = |id: &Uuid, events: &[&SinkEvent]| {
+        events
+            .iter()
+            .any(|e| e.transfer_id.parse::<Uuid>().ok() == Some(*id) && e.status == ours[id].status)
+    };
     let mut summary = WebhookSummary {
         expected: finals.len() as u64,
         ..WebhookSummary::default()
@@ -96,10 +105,18 @@ pub async fn check(
                 return summary;
             }
         };
-        let announced: HashSet<Uuid> = events
+        let ours_events: Vec<&SinkEvent> = events
             .iter()
-            .filter_map(|e| e.transfer_id.parse().ok())
-            .filter(|id| finals.contains(id))
+            .filter(|e| {
+                e.transfer_id
+                    .parse::<Uuid>()
+                    .is_ok_and(|id| finals.contains(&id))
+            })
+            .collect();
+        let announced: HashSet<Uuid> = finals
+            .iter()
+            .filter(|id| complete(id, &ours_events))
+            .copied()
             .collect();
         summary.announced = announced.len() as u64;
         if announced.len() == finals.len() || started.elapsed() >= timeout {
@@ -120,25 +137,36 @@ pub async fn check(
     let mut findings = Vec::new();
     for id in &finals {
         let t = ours[id];
-        match by_transfer.get(id).map(Vec::as_slice).unwrap_or_default() {
-            [] => findings.push(format!(
+        let mut events: Vec<&SinkEvent> = by_transfer.get(id).cloned().unwrap_or_default();
+        if events.is_empty() {
+            findings.push(format!(
                 "transfer {id} is {} but no webhook announced it within {timeout:?}",
                 t.status
-            )),
-            [e] => {
-                let want = format!("transfer.{}", t.status);
-                if e.kind != want || e.status != t.status {
-                    findings.push(format!(
-                        "transfer {id} is {}, but its webhook {} says {} ({})",
-                        t.status, e.id, e.kind, e.status
-                    ));
-                }
-            }
-            many => findings.push(format!(
-                "transfer {id} was announced by {} distinct events: {:?}",
-                many.len(),
-                many.iter().map(|e| e.id.as_str()).collect::<Vec<_>>()
-            )),
+            ));
+            continue;
+        }
+        // Events of engines before sequences count as 1.
+        events.sort_by_key(|e| e.sequence.unwrap_or(1));
+        let sequences: Vec<i64> = events.iter().map(|e| e.sequence.unwrap_or(1)).collect();
+        let statuses: Vec<&str> = events.iter().map(|e| e.status.as_str()).collect();
+        if sequences != (1..=events.len() as i64).collect::<Vec<_>>() {
+            findings.push(format!(
+                "transfer {id}: its events carry sequences {sequences:?} (each of 1..n exactly once expected): {:?}",
+                events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>()
+            ));
+        } else if let Some(e) = events
+            .iter()
+            .find(|e| e.kind != format!("transfer.{}", e.status))
+        {
+            findings.push(format!(
+                "transfer {id}: webhook {} says {} of a transfer {}",
+                e.id, e.kind, e.status
+            ));
+        } else if !is_path(&statuses, &t.status) {
+            findings.push(format!(
+                "transfer {id} is {}, but its events in sequence order say {statuses:?}",
+                t.status
+            ));
         }
     }
     for (id, events) in &by_transfer {
@@ -178,4 +206,46 @@ pub async fn check(
         Err(e) => v.push(format!("verification: {e}")),
     }
     summary
+}
+
+/// Whether `statuses`, in sequence order, is an allowed path of the status
+/// machine from `pending` that ends in `now`.
+pub fn is_path(statuses: &[&str], now: &str) -> bool {
+    let mut at = "pending";
+    for s in statuses {
+        let allowed = matches!(
+            (at, *s),
+            ("pending", "processing" | "succeeded" | "failed")
+                | ("processing", "succeeded" | "failed")
+                | ("succeeded", "returned")
+        );
+        if !allowed {
+            return false;
+        }
+        at = s;
+    }
+    at == now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_path;
+
+    #[test]
+    fn paths_follow_the_status_machine() {
+        assert!(is_path(&["succeeded"], "succeeded"));
+        assert!(is_path(&["processing", "failed"], "failed"));
+        assert!(is_path(
+            &["processing", "succeeded", "returned"],
+            "returned"
+        ));
+        assert!(is_path(&["succeeded", "returned"], "returned"));
+        assert!(
+            !is_path(&["succeeded"], "returned"),
+            "a return never announced"
+        );
+        assert!(!is_path(&["failed", "succeeded"], "succeeded"));
+        assert!(!is_path(&["processing", "processing"], "processing"));
+        assert!(!is_path(&[], "succeeded"));
+    }
 }

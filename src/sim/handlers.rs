@@ -92,14 +92,8 @@ async fn post_payout(req: HttpRequest, payload: web::Payload, app: web::Data<App
         .admit(request, |r| decide(&app.faults, app.later.async_rate, r));
     if let Admission::Executed(_) = &admission {
         // What happens after the answer, in the background.
-        match app.state.record(id).map(|r| r.status).as_deref() {
-            Some("processing") => {
-                tokio::spawn(super::later::settle_later(app.clone(), id));
-            }
-            Some("succeeded") if app.later.return_rate > 0.0 => {
-                tokio::spawn(super::later::return_later(app.clone(), id));
-            }
-            _ => {}
+        if let Some(record) = app.state.record(id) {
+            super::later::after_execution(&app, id, &record.status);
         }
     }
 

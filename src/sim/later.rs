@@ -70,9 +70,48 @@ impl Notifier {
     }
 }
 
+/// Counts a piece of later work as pending until dropped (finished or
+/// cancelled with the server), for `later_pending` in `/stats`.
+struct Pending(web::Data<App>);
+
+impl Pending {
+    fn start(app: &web::Data<App>) -> Self {
+        app.state.later_started();
+        Self(app.clone())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.state.later_done();
+    }
+}
+
+/// Spawns the work that follows a fresh execution: the decision of a
+/// `processing` payout, or the return of a succeeded one.
+pub fn after_execution(app: &web::Data<App>, id: Uuid, status: &str) {
+    let work = match status {
+        "processing" => Some(true),
+        "succeeded" if app.later.return_rate > 0.0 => Some(false),
+        _ => None,
+    };
+    if let Some(decide) = work {
+        let pending = Pending::start(app);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _pending = pending;
+            if decide {
+                settle_later(app, id).await
+            } else {
+                return_later(app, id).await
+            }
+        });
+    }
+}
+
 /// After a `processing` answer: decide the payout later, tell, and maybe
 /// return it later still.
-pub async fn settle_later(app: web::Data<App>, id: Uuid) {
+async fn settle_later(app: web::Data<App>, id: Uuid) {
     let (min, max) = app.later.settle_after_ms;
     tokio::time::sleep(app.faults.millis_between(min, max)).await;
     let Some(record) = app.state.record(id) else {
@@ -83,14 +122,14 @@ pub async fn settle_later(app: web::Data<App>, id: Uuid) {
         return;
     };
     let succeeded = decided.status == "succeeded";
-    notify(&app, decided);
+    notify(&app, decided, true);
     if succeeded {
         return_later(app, id).await;
     }
 }
 
 /// After a success: with `--return-rate`, return it after a delay, and tell.
-pub async fn return_later(app: web::Data<App>, id: Uuid) {
+async fn return_later(app: web::Data<App>, id: Uuid) {
     if !app.faults.chance(app.later.return_rate) {
         return;
     }
@@ -98,7 +137,7 @@ pub async fn return_later(app: web::Data<App>, id: Uuid) {
     tokio::time::sleep(app.faults.millis_between(min, max)).await;
     let reason = RETURN_REASONS[app.faults.index(RETURN_REASONS.len())];
     if let Some(returned) = app.state.return_payout(id, reason) {
-        notify(&app, returned);
+        notify(&app, returned, false);
     }
 }
 
@@ -117,12 +156,16 @@ pub fn notification_body(record: &PayoutRecord) -> String {
 }
 
 /// Tells the receiver about `record`'s current status, with the faults
-/// configured, in the background.
-fn notify(app: &web::Data<App>, record: PayoutRecord) {
+/// configured, in the background. Only a decision's notification may be
+/// dropped (`droppable`): the engine looks up undecided payouts, and so
+/// learns a decision it was never told; it does not look up decided ones,
+/// so a return is only ever learned from its notification, which a
+/// provider sends until it is acknowledged.
+fn notify(app: &web::Data<App>, record: PayoutRecord, droppable: bool) {
     let Some(n) = &app.later.notifier else {
         return;
     };
-    if app.faults.chance(n.drop_rate) {
+    if droppable && app.faults.chance(n.drop_rate) {
         app.state.count_notifications(0, 1, 0);
         return;
     }
@@ -143,7 +186,9 @@ fn notify(app: &web::Data<App>, record: PayoutRecord) {
             Duration::ZERO
         };
         let (app, id, body) = (app.clone(), id.clone(), body.clone());
+        let pending = Pending::start(&app);
         tokio::spawn(async move {
+            let _pending = pending;
             tokio::time::sleep(hold).await;
             let sent = deliver(&app, &id, &body).await;
             app.state

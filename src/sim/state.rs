@@ -183,6 +183,21 @@ impl SimState {
         Some(r.clone())
     }
 
+    /// One more piece of later work (a decision, a return, a notification).
+    pub fn later_started(&self) {
+        self.lock().stats.later_pending += 1;
+    }
+
+    /// One piece of later work done.
+    pub fn later_done(&self) {
+        let mut inner = self.lock();
+        assert!(
+            inner.stats.later_pending > 0,
+            "later work ends after it starts"
+        );
+        inner.stats.later_pending -= 1;
+    }
+
     /// Counts notifications: accepted by the receiver, dropped, given up.
     pub fn count_notifications(&self, sent: u64, dropped: u64, failed: u64) {
         let mut inner = self.lock();

@@ -145,6 +145,10 @@ pub struct Stats {
     /// Notifications the receiver never accepted, every retry spent.
     #[serde(default)]
     pub notifications_failed: u64,
+    /// Work still to come: decisions and returns not yet made, and
+    /// notifications not yet accepted or given up. A verifier waits for 0.
+    #[serde(default)]
+    pub later_pending: u64,
 }
 
 /// `GET /payouts/{id}`: the request as first received, its decision, and how

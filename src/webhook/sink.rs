@@ -76,6 +76,10 @@ pub struct SinkEvent {
     pub transfer_id: String,
     /// `data.object.status`.
     pub status: String,
+    /// `data.sequence`: the transfer's status changes up to this one
+    /// (absent in events of engines before asynchronous payouts).
+    #[serde(default)]
+    pub sequence: Option<i64>,
     /// Times it was accepted.
     pub count: u64,
 }
@@ -123,6 +127,7 @@ struct EventShape {
 #[derive(serde::Deserialize)]
 struct DataShape {
     object: ObjectShape,
+    sequence: Option<i64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -170,6 +175,7 @@ async fn deliver(sink: web::Data<Sink>, req: HttpRequest, body: web::Bytes) -> H
                     kind: event.kind,
                     transfer_id: event.data.object.id,
                     status: event.data.object.status,
+                    sequence: event.data.sequence,
                     count: 1,
                 },
             );

@@ -387,6 +387,21 @@ pub struct RelayConfig {
     /// for one release.
     #[arg(long, alias = "retry-cap", env = "PAYRAIL_RELAY_RETRY_CAP", default_value = "60s", value_parser = humantime::parse_duration)]
     pub relay_retry_cap: Duration,
+    /// Bound on settlement lag: while an outbox row has waited this long
+    /// for a relay (due, held by none), new transfers are refused with 503
+    /// and Retry-After until the oldest waiting row is younger than half of
+    /// it. Rows in a retry's backoff do not count.
+    #[arg(long, env = "PAYRAIL_OUTBOX_LAG_MAX", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub outbox_lag_max: Duration,
+    /// Bound on settlement backlog: while more outbox rows than this wait
+    /// for a relay, new transfers are refused as for `--outbox-lag-max`,
+    /// until fewer than half of it wait. At a settlement rate of r rows/s
+    /// it bounds a new row's wait to about this / r.
+    #[arg(long, env = "PAYRAIL_OUTBOX_BACKLOG_MAX", default_value_t = 20_000)]
+    pub outbox_backlog_max: i64,
+    /// How often the relay measures that lag (one indexed query).
+    #[arg(long, env = "PAYRAIL_OUTBOX_LAG_POLL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub outbox_lag_poll: Duration,
 }
 
 impl ServeConfig {
@@ -452,6 +467,14 @@ impl ServeConfig {
             return Err(
                 "--relay-retry-base must be at most --relay-retry-cap, which is above 0".into(),
             );
+        }
+        if self.relay.outbox_lag_poll.is_zero()
+            || self.relay.outbox_lag_poll >= self.relay.outbox_lag_max
+        {
+            return Err("--outbox-lag-poll must be above 0 and below --outbox-lag-max".into());
+        }
+        if self.relay.outbox_backlog_max < 1 {
+            return Err("--outbox-backlog-max must be at least 1".into());
         }
         let relay = crate::relay::RelayLimits::from(self);
         if relay.call_window().is_none() {

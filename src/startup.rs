@@ -12,7 +12,7 @@ use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::queue::worker::{Drain, Worker};
 use crate::reaper::Reaper;
-use crate::relay::{Relay, RelayNudge};
+use crate::relay::{LagGate, Relay, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
@@ -59,6 +59,7 @@ impl Application {
             ShardLimits::from(&config),
             config.coalesce_timeout,
             relay.as_ref().map(|r| r.handoff.clone()),
+            relay.as_ref().map_or_else(LagGate::open, |r| r.lag.clone()),
             RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
         )?;
         let (deliveries, webhook_arbiter) = crate::webhook::start(&config, &store)?;

@@ -134,6 +134,23 @@ fn describe_metrics() {
         "Age of the oldest outbox row that is due now"
     );
     describe_gauge!(
+        "payrail_outbox_waiting_rows",
+        "Outbox rows due and held by no relay, counted up to --outbox-backlog-max + 1 (measured by this process's relay)"
+    );
+    describe_gauge!(
+        "payrail_outbox_waiting_age_seconds",
+        Unit::Seconds,
+        "How long the oldest outbox row due and held by no relay has waited"
+    );
+    describe_gauge!(
+        "payrail_settlement_lagging",
+        "1 while new transfers are refused because settlement lags (--outbox-backlog-max, --outbox-lag-max), else 0"
+    );
+    describe_counter!(
+        "payrail_transfers_refused_lagging_total",
+        "Attempts of POST /transfers answered 503 settlement-lagging"
+    );
+    describe_gauge!(
         "payrail_queue_held_rows",
         "Rows a queue's worker in this process holds: waiting for a slot, being worked on, or waiting for settlement, by queue (outbox, webhooks)"
     );

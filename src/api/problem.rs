@@ -58,6 +58,10 @@ pub enum ApiError {
     /// Load is being shed.
     #[error("the service is overloaded; retry with the same Idempotency-Key")]
     Overloaded,
+    /// Settlement is behind by more than `--outbox-lag-max`; no new
+    /// transfer is taken until it catches up.
+    #[error("payouts are being settled behind schedule; retry with the same Idempotency-Key")]
+    SettlementLagging,
     /// The client is over its rate limit.
     #[error("rate limit exceeded")]
     RateLimited(Duration),
@@ -115,6 +119,7 @@ impl ApiError {
             Self::RequestTimeout(_) => "request-timeout",
             Self::Unavailable => "unavailable",
             Self::Overloaded => "overloaded",
+            Self::SettlementLagging => "settlement-lagging",
             Self::RateLimited(_) => "rate-limited",
             Self::EndpointLimit(_) => "webhook-endpoint-limit",
             Self::NotificationUnauthenticated(_) => "notification-unauthenticated",
@@ -138,6 +143,7 @@ impl ApiError {
             Self::RequestTimeout(_) => "Request timeout",
             Self::Unavailable => "Service unavailable",
             Self::Overloaded => "Overloaded",
+            Self::SettlementLagging => "Settlement lagging",
             Self::RateLimited(_) => "Rate limited",
             Self::EndpointLimit(_) => "Webhook endpoint limit reached",
             Self::NotificationUnauthenticated(_) => "Notification not authenticated",
@@ -147,9 +153,10 @@ impl ApiError {
 
     fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::RequestInProgress | Self::Unavailable | Self::Overloaded => {
-                Some(RETRY_AFTER_SECS)
-            }
+            Self::RequestInProgress
+            | Self::Unavailable
+            | Self::Overloaded
+            | Self::SettlementLagging => Some(RETRY_AFTER_SECS),
             Self::RateLimited(wait) => Some(wait.as_secs_f64().ceil().max(1.0) as u64),
             _ => None,
         }
@@ -187,7 +194,9 @@ impl ResponseError for ApiError {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::Unavailable | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Overloaded | Self::SettlementLagging => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }

@@ -81,6 +81,7 @@ fn respond(verdict: Verdict) -> Result<HttpResponse, ApiError> {
         Verdict::InProgress => Err(ApiError::RequestInProgress),
         Verdict::Unavailable => Err(ApiError::Unavailable),
         Verdict::Overloaded => Err(ApiError::Overloaded),
+        Verdict::Lagging => Err(ApiError::SettlementLagging),
     }
 }
 

@@ -3,10 +3,12 @@
 //! settled in batches (one transaction for many rows).
 
 mod handoff;
+pub mod lag;
 mod nudge;
 mod work;
 
 pub use handoff::{Handoff, HandoffCount};
+pub use lag::LagGate;
 pub use nudge::RelayNudge;
 pub use work::OutboxWork;
 
@@ -34,6 +36,8 @@ pub struct RelayHandle {
     pub arbiter: Arbiter,
     /// For the shards.
     pub handoff: Handoff,
+    /// Closed while settlement lags (`--outbox-lag-max`); for the shards.
+    pub lag: LagGate,
 }
 
 /// Starts the relay of `--provider-url` on a thread of its own; `None`
@@ -62,10 +66,19 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<Relay
         count.clone(),
     );
     let handoff = Handoff::new(addr.clone(), count, r.relay_queue, r.relay_lease);
+    let lag = LagGate::open();
+    let limits = lag::LagLimits {
+        max: r.outbox_lag_max,
+        rows_max: r.outbox_backlog_max,
+        poll: r.outbox_lag_poll,
+    };
+    // On the relay's thread: it stops with the relay.
+    arbiter.spawn(lag::watch(store.outbox(), limits, lag.clone()));
     Ok(Some(RelayHandle {
         addr,
         arbiter,
         handoff,
+        lag,
     }))
 }
 

@@ -12,7 +12,7 @@ use actix::{Actor, Addr, Arbiter};
 use sha2::{Digest, Sha256};
 
 use crate::domain::{BodyDigest, ClientId, Fingerprint, IdempotencyKey};
-use crate::relay::{Handoff, RelayNudge};
+use crate::relay::{Handoff, LagGate, RelayNudge};
 use crate::store::{FlushLimits, KeyWrite, Store, StoreError, StoredAnswer};
 
 pub use actor::{Shard, Submit};
@@ -71,6 +71,8 @@ pub enum Verdict {
     Unavailable,
     /// The shard's queue is full; the attempt was shed.
     Overloaded,
+    /// Settlement lags past `--outbox-lag-max`; no new key is taken.
+    Lagging,
 }
 
 /// Routes attempts to their shard and waits for the verdict.
@@ -83,6 +85,10 @@ pub struct ShardRouter {
     /// Replays answered on the fast path, registered once (as the shards
     /// register theirs).
     cache_hits: metrics::Counter,
+    /// Closed while settlement lags.
+    lag: LagGate,
+    /// Attempts refused while it was closed.
+    lag_refusals: metrics::Counter,
 }
 
 impl ShardRouter {
@@ -96,6 +102,7 @@ impl ShardRouter {
         limits: ShardLimits,
         coalesce_timeout: Duration,
         handoff: Option<Handoff>,
+        lag: LagGate,
         nudge: RelayNudge,
     ) -> Result<(Self, Vec<Arbiter>), StoreError> {
         assert!(count > 0, "at least one shard");
@@ -122,6 +129,8 @@ impl ShardRouter {
                 caches: caches.into(),
                 cache_hits: metrics::counter!("payrail_replay_cache_hits_total"),
                 coalesce_timeout,
+                lag,
+                lag_refusals: metrics::counter!("payrail_transfers_refused_lagging_total"),
             },
             arbiters,
         ))
@@ -143,8 +152,15 @@ impl ShardRouter {
     }
 
     /// Hands an attempt to its shard and waits for the verdict, at most the
-    /// coalesce timeout.
+    /// coalesce timeout. While settlement lags it answers
+    /// [`Verdict::Lagging`] at once: the attempt may be a new key, and an
+    /// attempt whose answer is no longer in memory is refused alike (its
+    /// retry after the lag gets it).
     pub async fn submit(&self, write: KeyWrite, body: BodyDigest) -> Verdict {
+        if self.lag.is_lagging() {
+            self.lag_refusals.increment(1);
+            return Verdict::Lagging;
+        }
         let index = shard_index(
             write.transfer.client_id,
             &write.transfer.idempotency_key,

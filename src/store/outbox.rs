@@ -112,6 +112,15 @@ pub struct OutboxEntry {
     pub ambiguous: bool,
 }
 
+/// Outbox rows waiting for a relay (see [`OutboxStore::waiting`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Waiting {
+    /// How many, up to the count asked for plus one.
+    pub rows: i64,
+    /// How long the oldest has waited (zero when none does).
+    pub oldest: Duration,
+}
+
 /// Figures for `/metrics`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OutboxStats {
@@ -418,6 +427,32 @@ impl OutboxStore {
             .with_client(|client| async move {
                 let stmt = client.prepare_cached(&RELEASE).await?;
                 Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
+            })
+            .await
+    }
+
+    /// Rows that are due and held by no relay (not leased), counted up to
+    /// `count_max + 1`, and how long the oldest of them has waited: the
+    /// settlement lag of `relay::lag`. Walks the due index from its oldest
+    /// entry past the rows relays hold (at most their queues) and stops
+    /// after `count_max + 1` waiting rows, so it stays cheap at any backlog.
+    pub async fn waiting(&self, count_max: i64) -> Result<Waiting, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let row = client
+                    .query_one(
+                        "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(available_at))::float8, 0) \
+                         FROM (SELECT available_at FROM outbox \
+                               WHERE dead_at IS NULL AND available_at <= now() AND locked_until IS NULL \
+                               ORDER BY available_at LIMIT $1) w",
+                        &[&(count_max + 1)],
+                    )
+                    .await?;
+                let secs: f64 = row.get(1);
+                Ok(Waiting {
+                    rows: row.get(0),
+                    oldest: Duration::from_secs_f64(secs.max(0.0)),
+                })
             })
             .await
     }

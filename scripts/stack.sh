@@ -23,13 +23,13 @@ stack_cluster() {
     STACK_ADMIN_URL="postgres://postgres@127.0.0.1:${PG_PORT}/postgres"
 }
 
-# stack_installed COMMAND: installs the Debian package of that name when
-# the command is missing (haproxy for the cluster scripts, wrk, the
-# benchmark's lean HTTP client).
+# stack_installed COMMAND [PACKAGE]: installs the Debian package (by
+# default named as the command) when the command is missing: haproxy and
+# etcd for the cluster scripts, wrk, the benchmark's lean HTTP client.
 stack_installed() {
     if ! command -v "$1" >/dev/null; then
-        echo "installing $1"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+        echo "installing ${2:-$1}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${2:-$1}" >/dev/null
     fi
 }
 

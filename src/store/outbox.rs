@@ -240,10 +240,18 @@ impl OutboxStore {
             !batch.is_empty(),
             "a settlement batch settles at least one row"
         );
-        let finals = FinalColumns::of(batch);
-        let (later_ids, later) = rescheduled(batch);
-        let reported: Vec<(&ClaimedRow, &ProviderReport)> = batch
+        // In transfer order: every writer that locks outbox rows and then
+        // their transfers (this settlement, and the notifications and polls
+        // of `status::apply`) takes them in the same order, so two
+        // settlements of overlapping rows wait for each other instead of
+        // deadlocking.
+        let mut ordered: Vec<&(ClaimedRow, Settlement)> = batch.iter().collect();
+        ordered.sort_unstable_by_key(|(r, _)| r.payout.transfer_id);
+        let finals = FinalColumns::of(&ordered);
+        let (later_ids, later) = rescheduled(&ordered);
+        let reported: Vec<(&ClaimedRow, &ProviderReport)> = ordered
             .iter()
+            .copied()
             .filter_map(|(r, s)| match s {
                 Settlement::Report(report) => Some((r, report)),
                 _ => None,
@@ -485,9 +493,9 @@ struct FinalColumns<'a> {
 }
 
 impl<'a> FinalColumns<'a> {
-    fn of(batch: &'a [(ClaimedRow, Settlement)]) -> Self {
+    fn of(batch: &[&'a (ClaimedRow, Settlement)]) -> Self {
         let mut c = Self::default();
-        for (row, settlement) in batch {
+        for &(row, settlement) in batch {
             if let Settlement::Final {
                 status,
                 provider_reference,
@@ -510,10 +518,10 @@ impl<'a> FinalColumns<'a> {
 
 /// The retries and dead letters of a batch: their ids, and the rest of the
 /// queue's reschedule columns.
-fn rescheduled(batch: &[(ClaimedRow, Settlement)]) -> (Vec<Uuid>, Reschedule<'_, bool>) {
+fn rescheduled<'a>(batch: &[&'a (ClaimedRow, Settlement)]) -> (Vec<Uuid>, Reschedule<'a, bool>) {
     let mut ids = Vec::new();
     let mut r = Reschedule::default();
-    for (row, settlement) in batch {
+    for &(row, settlement) in batch {
         let (delay, error, ambiguous) = match settlement {
             Settlement::Final { .. } | Settlement::Report(_) => continue,
             Settlement::Retry {

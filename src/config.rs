@@ -397,7 +397,7 @@ pub struct RelayConfig {
     /// for a relay, new transfers are refused as for `--outbox-lag-max`,
     /// until fewer than half of it wait. At a settlement rate of r rows/s
     /// it bounds a new row's wait to about this / r.
-    #[arg(long, env = "PAYRAIL_OUTBOX_BACKLOG_MAX", default_value_t = 20_000)]
+    #[arg(long, env = "PAYRAIL_OUTBOX_BACKLOG_MAX", default_value_t = 10_000)]
     pub outbox_backlog_max: i64,
     /// How often the relay measures that lag (one indexed query).
     #[arg(long, env = "PAYRAIL_OUTBOX_LAG_POLL", default_value = "500ms", value_parser = humantime::parse_duration)]

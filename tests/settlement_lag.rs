@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_problem, fresh_database, new_key, spawn_relaying, spawn_sim, transfer_body, wait_for,
+    TestApp,
 };
-use payrail::sim::SimArgs;
+use payrail::sim::{SimArgs, SimServer};
 use reqwest::StatusCode;
 
 /// Rows due and held by no relay: what the bound is about.
@@ -22,14 +23,8 @@ const WAITING: &str = "SELECT count(*) FROM outbox \
 async fn creates_are_refused_while_settlement_lags_and_accepted_once_it_caught_up() {
     // About 10 settlements/s (two calls in flight, 200 ms each), offered
     // far more creates than that for 4 s.
-    let sim = spawn_sim(SimArgs {
-        latency_ms: 200,
-        ..SimArgs::default()
-    })
-    .await;
-    let app = spawn_relaying(
-        &fresh_database().await,
-        &sim.url(),
+    let (_sim, app) = relaying_to_a_slow_provider(
+        200,
         &[
             "--relay-concurrency",
             "2",
@@ -39,8 +34,6 @@ async fn creates_are_refused_while_settlement_lags_and_accepted_once_it_caught_u
             "20",
             "--outbox-lag-max",
             "30s",
-            "--outbox-lag-poll",
-            "50ms",
         ],
     )
     .await;
@@ -110,14 +103,8 @@ async fn creates_are_refused_while_settlement_lags_and_accepted_once_it_caught_u
 async fn an_old_waiting_row_refuses_creates_even_when_few_wait() {
     // One call at a time taking 1 s, a lag bound of 1 s: a handful of rows
     // is enough to be late.
-    let sim = spawn_sim(SimArgs {
-        latency_ms: 1000,
-        ..SimArgs::default()
-    })
-    .await;
-    let app = spawn_relaying(
-        &fresh_database().await,
-        &sim.url(),
+    let (_sim, app) = relaying_to_a_slow_provider(
+        1000,
         &[
             "--relay-concurrency",
             "1",
@@ -125,8 +112,6 @@ async fn an_old_waiting_row_refuses_creates_even_when_few_wait() {
             "1",
             "--outbox-lag-max",
             "1s",
-            "--outbox-lag-poll",
-            "50ms",
         ],
     )
     .await;
@@ -160,9 +145,23 @@ async fn an_old_waiting_row_refuses_creates_even_when_few_wait() {
     .await;
 }
 
+/// provider-sim answering after `latency_ms`, and an engine on a fresh
+/// database relaying to it with `flags` that measures its lag every 50 ms.
+async fn relaying_to_a_slow_provider(latency_ms: u64, flags: &[&str]) -> (SimServer, TestApp) {
+    let sim = spawn_sim(SimArgs {
+        latency_ms,
+        ..SimArgs::default()
+    })
+    .await;
+    let mut flags = flags.to_vec();
+    flags.extend(["--outbox-lag-poll", "50ms"]);
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &flags).await;
+    (sim, app)
+}
+
 /// A value of `/metrics` without labels (0 when absent). The recorder is
 /// the test binary's: counters add up over its tests.
-async fn gauge(app: &common::TestApp, name: &str) -> f64 {
+async fn gauge(app: &TestApp, name: &str) -> f64 {
     let metrics = app.get("/metrics").await.text().await.unwrap();
     metrics
         .lines()

@@ -58,6 +58,17 @@ pub struct LagLimits {
     pub poll: Duration,
 }
 
+impl From<&crate::config::ServeConfig> for LagLimits {
+    fn from(config: &crate::config::ServeConfig) -> Self {
+        let r = &config.relay;
+        Self {
+            max: r.outbox_lag_max,
+            rows_max: r.outbox_backlog_max,
+            poll: r.outbox_lag_poll,
+        }
+    }
+}
+
 /// Whether creates are refused after a measurement. Refusing starts when
 /// the oldest waiting row is older than `max` or more than `rows_max` rows
 /// wait, and ends once both are below half of their bound: a backlog that

@@ -67,13 +67,12 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<Relay
     );
     let handoff = Handoff::new(addr.clone(), count, r.relay_queue, r.relay_lease);
     let lag = LagGate::open();
-    let limits = lag::LagLimits {
-        max: r.outbox_lag_max,
-        rows_max: r.outbox_backlog_max,
-        poll: r.outbox_lag_poll,
-    };
     // On the relay's thread: it stops with the relay.
-    arbiter.spawn(lag::watch(store.outbox(), limits, lag.clone()));
+    arbiter.spawn(lag::watch(
+        store.outbox(),
+        lag::LagLimits::from(config),
+        lag.clone(),
+    ));
     Ok(Some(RelayHandle {
         addr,
         arbiter,

@@ -153,8 +153,10 @@ pub(super) async fn apply(
             tx.prepare_cached(LOCK_OUTBOX).await?,
             tx.prepare_cached(LOCK_POLLS).await?,
         );
-        tx.query(&outbox, &[&ids]).await?;
-        tx.query(&polls, &[&ids]).await?;
+        // One round trip: pipelined, and run by Postgres in the order sent
+        // (outbox rows first, as the relay takes them).
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+        futures::try_join!(tx.query(&outbox, &params), tx.query(&polls, &params))?;
     }
     let stmt = tx.prepare_cached(CHANGE).await?;
     for round in &rounds {

@@ -73,14 +73,10 @@ execs, distinct = sim.get("executions", -1), sim.get("distinct_ids", -1)
 # start to the pair being repaired) the longest pause between two commits
 # is the write outage; the commit that ends it is the first write after
 # the fault, on the new leader when the leader changed.
-def ms(t):
-    return int(t)
-
-
 faults = []
 for f in env.get("CLUSTER_FAULTS", "").split():
     kind, frm, to, t0, t_leader, t_primary, t_rep = f.split(":")
-    t0, t_rep = ms(t0), ms(t_rep)
+    t0, t_rep = int(t0), int(t_rep)
     commits = [int(x) for x in sql(
         "SELECT (extract(epoch FROM created_at) * 1000)::bigint FROM idempotency_keys "
         f"WHERE created_at >= to_timestamp({t0} / 1000.0) AND created_at <= to_timestamp({t_rep} / 1000.0) "
@@ -92,9 +88,9 @@ for f in env.get("CLUSTER_FAULTS", "").split():
         prev = c
     faults.append({
         "kind": kind, "from": frm, "to": to, "t0": t0, "t_rep": t_rep,
-        "detect": None if t_leader == "-" else ms(t_leader) - t0,
-        "promote": None if t_primary == "-" else ms(t_primary) - ms(t_leader),
-        "t_leader": None if t_leader == "-" else ms(t_leader),
+        "detect": None if t_leader == "-" else int(t_leader) - t0,
+        "promote": None if t_primary == "-" else int(t_primary) - int(t_leader),
+        "t_leader": None if t_leader == "-" else int(t_leader),
         "gap": gap, "first": None if first is None else first - t0, "commits": len(commits),
     })
 

@@ -43,7 +43,14 @@ fn retryable_types(status: u16) -> Option<&'static [&'static str]> {
     match status {
         409 => Some(&["/problems/request-in-progress"]),
         429 => Some(&["/problems/rate-limited"]),
-        503 => Some(&["/problems/unavailable", "/problems/overloaded"]),
+        // settlement-lagging: a database failover stops settlement for the
+        // leader's ttl, so the engine rightly refuses new transfers until the
+        // relay catches up.
+        503 => Some(&[
+            "/problems/unavailable",
+            "/problems/overloaded",
+            "/problems/settlement-lagging",
+        ]),
         _ => None,
     }
 }
@@ -446,6 +453,7 @@ mod tests {
         for (status, slug) in [
             (503, "unavailable"),
             (503, "overloaded"),
+            (503, "settlement-lagging"),
             (409, "request-in-progress"),
             (429, "rate-limited"),
         ] {

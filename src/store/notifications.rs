@@ -10,9 +10,11 @@ use super::status::{Applied, Source};
 use super::{Store, StoreError};
 use crate::domain::ProviderReport;
 
-/// Records the ids not seen before and answers them.
+/// Records the ids not seen before (with their transfer and what they
+/// said, for the console's timeline) and answers them.
 const RECORD: &str = "
-INSERT INTO provider_notifications (id) SELECT * FROM UNNEST($1::text[])
+INSERT INTO provider_notifications (id, transfer_id, reported)
+SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::text[])
 ON CONFLICT DO NOTHING RETURNING id";
 
 /// Deletes up to `$2` notification ids received before `$1` seconds ago.
@@ -57,12 +59,14 @@ impl NotificationStore {
     ) -> Result<NotificationReport, StoreError> {
         assert!(!batch.is_empty(), "a batch holds a notification");
         let ids: Vec<&str> = batch.iter().map(|n| n.id.as_str()).collect();
+        let transfers: Vec<Uuid> = batch.iter().map(|n| n.transfer_id).collect();
+        let reported: Vec<&str> = batch.iter().map(|n| n.report.reported()).collect();
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let stmt = tx.prepare_cached(RECORD).await?;
                 let new: std::collections::HashSet<String> = tx
-                    .query(&stmt, &[&ids])
+                    .query(&stmt, &[&ids, &transfers, &reported])
                     .await?
                     .iter()
                     .map(|r| r.get(0))

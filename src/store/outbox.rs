@@ -178,6 +178,13 @@ WITH i AS (
 )
 SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
 
+/// Records every call of a batch and how it ended, for the console's
+/// timeline; a fenced-out holder's call happened too and is kept.
+const RECORD_ATTEMPTS: &str = "
+INSERT INTO provider_attempts (transfer_id, attempt, outcome, detail)
+SELECT * FROM UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[])
+ON CONFLICT DO NOTHING";
+
 /// Deletes the rows of a batch's reports that are still held under each
 /// claim's attempt; their reports are applied after.
 const SETTLE_REPORTED: &str = "
@@ -248,6 +255,7 @@ impl OutboxStore {
         let mut ordered: Vec<&(ClaimedRow, Settlement)> = batch.iter().collect();
         ordered.sort_unstable_by_key(|(r, _)| r.payout.transfer_id);
         let finals = FinalColumns::of(&ordered);
+        let attempts = AttemptColumns::of(&ordered);
         let (later_ids, later) = rescheduled(&ordered);
         let reported: Vec<(&ClaimedRow, &ProviderReport)> = ordered
             .iter()
@@ -288,8 +296,19 @@ impl OutboxStore {
                 };
                 let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
                 let later_run = later.run(&tx, &RESCHEDULE, &later_keys);
-                let (done, rescheduled) = futures::join!(finals_run, later_run);
+                let record_stmt = tx.prepare_cached(RECORD_ATTEMPTS).await?;
+                let record_params: [&(dyn ToSql + Sync); 4] = [
+                    &attempts.id,
+                    &attempts.attempt,
+                    &attempts.outcome,
+                    &attempts.detail,
+                ];
+                let record_run = tx.execute(&record_stmt, &record_params);
+                // One round trip: Postgres runs them in the order sent.
+                let (done, rescheduled, recorded) =
+                    futures::join!(finals_run, later_run, record_run);
                 let (done, rescheduled) = (done?, rescheduled?);
+                recorded?;
 
                 let mut held = std::collections::HashSet::with_capacity(batch.len());
                 let mut events = Vec::new();
@@ -511,6 +530,44 @@ impl<'a> FinalColumns<'a> {
                 c.reason
                     .push(failure_reason.as_ref().map(ProviderText::as_str));
             }
+        }
+        c
+    }
+}
+
+/// Every call of a batch as `provider_attempts` keeps it.
+#[derive(Default)]
+struct AttemptColumns<'a> {
+    id: Vec<Uuid>,
+    attempt: Vec<i32>,
+    outcome: Vec<&'static str>,
+    detail: Vec<Option<&'a str>>,
+}
+
+impl<'a> AttemptColumns<'a> {
+    fn of(batch: &[&'a (ClaimedRow, Settlement)]) -> Self {
+        let mut c = Self::default();
+        for &(row, settlement) in batch {
+            let (outcome, detail) = match settlement {
+                Settlement::Final {
+                    status: TransferStatus::Succeeded,
+                    provider_reference,
+                    ..
+                } => ("succeeded", provider_reference.as_ref()),
+                Settlement::Final { failure_reason, .. } => ("declined", failure_reason.as_ref()),
+                Settlement::Retry {
+                    error,
+                    ambiguous: false,
+                    ..
+                } => ("error, retried", Some(error)),
+                Settlement::Retry { error, .. } => ("outcome unknown, retried", Some(error)),
+                Settlement::Report(report) => (report.reported(), report.reference()),
+                Settlement::Dead { error, .. } => ("dead-lettered", Some(error)),
+            };
+            c.id.push(row.payout.transfer_id);
+            c.attempt.push(row.attempt);
+            c.outcome.push(outcome);
+            c.detail.push(detail.map(ProviderText::as_str));
         }
         c
     }

@@ -216,6 +216,32 @@ pub struct ServeConfig {
     pub webhooks: WebhookConfig,
     #[command(flatten)]
     pub outcomes: OutcomeConfig,
+    #[command(flatten)]
+    pub console: ConsoleConfig,
+}
+
+/// Flags of the operator console (`/console`).
+#[derive(Debug, Clone, Args)]
+pub struct ConsoleConfig {
+    /// Serve the operator console at /console (off by default: it is a
+    /// separate trust domain, opened by operator tokens only).
+    #[arg(long, env = "PAYRAIL_CONSOLE")]
+    pub console: bool,
+    /// How long a console session lasts after sign-in.
+    #[arg(long, env = "PAYRAIL_CONSOLE_SESSION_TTL", default_value = "8h", value_parser = humantime::parse_duration)]
+    pub console_session_ttl: Duration,
+    /// Rows per console page.
+    #[arg(long, env = "PAYRAIL_CONSOLE_PAGE_ROWS_MAX", default_value_t = 50)]
+    pub console_page_rows_max: i64,
+    /// Transfers a filtered page reads at most before it stops and offers
+    /// to look further (status and provider reference have no index of
+    /// their own: indexing them would cost every settlement).
+    #[arg(long, env = "PAYRAIL_CONSOLE_SCAN_ROWS_MAX", default_value_t = 20_000)]
+    pub console_scan_rows_max: i64,
+    /// Rows one bulk action (retry every dead row matching a filter,
+    /// redeliver an endpoint's dead deliveries) changes at most.
+    #[arg(long, env = "PAYRAIL_CONSOLE_BULK_ROWS_MAX", default_value_t = 10_000)]
+    pub console_bulk_rows_max: i64,
 }
 
 /// Flags of asynchronous payouts: the provider's signed notifications and
@@ -475,6 +501,18 @@ impl ServeConfig {
         }
         if self.relay.outbox_backlog_max < 1 {
             return Err("--outbox-backlog-max must be at least 1".into());
+        }
+        let c = &self.console;
+        if c.console_page_rows_max < 1
+            || c.console_scan_rows_max < c.console_page_rows_max
+            || c.console_bulk_rows_max < 1
+            || c.console_session_ttl.is_zero()
+        {
+            return Err(
+                "--console-page-rows-max, --console-bulk-rows-max and --console-session-ttl \
+                 must be above 0, and --console-scan-rows-max at least --console-page-rows-max"
+                    .into(),
+            );
         }
         let relay = crate::relay::RelayLimits::from(self);
         if relay.call_window().is_none() {

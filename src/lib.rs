@@ -3,6 +3,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod outcome;
 pub mod pgcluster;

@@ -10,6 +10,7 @@ use actix_web::{middleware::from_fn, web, App, HttpServer};
 
 use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
+use crate::console::ConsoleState;
 use crate::queue::worker::{Drain, Worker};
 use crate::reaper::Reaper;
 use crate::relay::{LagGate, Relay, RelayNudge};
@@ -102,12 +103,23 @@ impl Application {
             notifications: outcomes.intake,
             metrics,
         });
+        // Off unless asked for: the console is a separate trust domain.
+        let console = config
+            .console
+            .console
+            .then(|| web::Data::new(ConsoleState::new(&config, &store)));
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
-            App::new()
+            let app = App::new()
                 .app_data(state.clone())
-                .wrap(from_fn(api::observe))
-                .configure(api::routes)
+                .wrap(from_fn(api::observe));
+            match &console {
+                Some(console) => app
+                    .app_data(console.clone())
+                    .configure(crate::console::routes)
+                    .configure(api::routes),
+                None => app.configure(api::routes),
+            }
         })
         .workers(config.http_workers)
         .max_connections(config.max_connections)

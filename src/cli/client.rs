@@ -16,7 +16,7 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ClientCommand::Revoke { key_file, database } => {
-            let api_key = read_key(key_file.as_deref())?;
+            let api_key = read_secret(key_file.as_deref(), "API key", "--key-file")?;
             let store = Store::connect(&database.resolve()?)?;
             let outcome = store
                 .revoke_api_key(&ApiKey::from_presented(&api_key).hash())
@@ -41,26 +41,31 @@ pub async fn run(cmd: ClientCommand) -> anyhow::Result<()> {
     }
 }
 
-/// The key to revoke: the first line of `file`, or of standard input.
-fn read_key(file: Option<&std::path::Path>) -> anyhow::Result<String> {
+/// A secret to revoke (`what`): the first line of `file` (given by
+/// `flag`), or of standard input.
+pub(super) fn read_secret(
+    file: Option<&std::path::Path>,
+    what: &str,
+    flag: &str,
+) -> anyhow::Result<String> {
     use std::io::BufRead;
     let mut line = String::new();
     match file {
         Some(path) => {
             let f = std::fs::File::open(path)
-                .map_err(|e| anyhow::anyhow!("cannot read --key-file {}: {e}", path.display()))?;
+                .map_err(|e| anyhow::anyhow!("cannot read {flag} {}: {e}", path.display()))?;
             std::io::BufReader::new(f).read_line(&mut line)?;
         }
         None => {
             if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-                eprintln!("paste the API key to revoke, then press Enter:");
+                eprintln!("paste the {what} to revoke, then press Enter:");
             }
             std::io::stdin().lock().read_line(&mut line)?;
         }
     }
     let key = line.trim();
     if key.is_empty() {
-        anyhow::bail!("no API key given: pipe it on standard input or name a file with --key-file");
+        anyhow::bail!("no {what} given: pipe it on standard input or name a file with {flag}");
     }
     Ok(key.to_owned())
 }

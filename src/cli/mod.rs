@@ -4,6 +4,7 @@ mod admin_db;
 mod client;
 mod dev;
 mod dev_state;
+mod operator;
 mod outbox;
 mod signals;
 
@@ -33,6 +34,9 @@ pub enum Command {
     /// Manages clients (tenants) and their API keys.
     #[command(subcommand)]
     Client(ClientCommand),
+    /// Manages operators of the console (`serve --console`) and their tokens.
+    #[command(subcommand)]
+    Operator(OperatorCommand),
     /// Inspects and retries outbox rows.
     #[command(subcommand)]
     Outbox(OutboxCommand),
@@ -100,6 +104,30 @@ pub enum ClientCommand {
     },
 }
 
+/// `payrail operator …`
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Creates an operator and prints `{"operator_id","name","token"}`; the
+    /// token is shown this once (only its SHA-256 is stored).
+    Create {
+        /// Who the operator is, as the audit names them.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        database: AdminDatabase,
+    },
+    /// Revokes an operator token, read from standard input (its first
+    /// line) or from --token-file, never from the command line; the
+    /// operator's sessions end at once.
+    Revoke {
+        /// Read the token from this file (its first line) instead of standard input.
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        database: AdminDatabase,
+    },
+}
+
 /// `payrail outbox …`
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
@@ -160,6 +188,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Client(cmd) => client::run(cmd).await,
         Command::Outbox(cmd) => outbox::run(cmd).await,
+        Command::Operator(cmd) => operator::run(cmd).await,
         Command::Transfers(TransfersCommand::Stuck {
             older_than,
             limit,

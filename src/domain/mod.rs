@@ -7,6 +7,7 @@ mod api_key;
 mod currency;
 mod fingerprint;
 mod idempotency_key;
+mod operator;
 mod provider_text;
 mod report;
 mod transfer;
@@ -18,6 +19,7 @@ pub use api_key::{ApiKey, ApiKeyHash, ClientId};
 pub use currency::Currency;
 pub use fingerprint::{BodyDigest, Fingerprint};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
+pub use operator::{secrets_match, ConsoleSecret, ConsoleSecretHash};
 pub use provider_text::{ProviderText, PROVIDER_TEXT_CHARS_MAX};
 pub use report::{Effect, ProviderReport};
 /// docs/API.md's limits on a transfer's free-form fields.

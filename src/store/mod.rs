@@ -3,6 +3,7 @@
 //! get [`StoreError`], never a driver type.
 
 mod clients;
+pub mod console;
 mod keys;
 mod migrate;
 pub mod notifications;
@@ -24,6 +25,7 @@ use tokio_postgres::NoTls;
 use crate::config::DatabaseConfig;
 
 pub use clients::{Revocation, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
+pub use console::ConsoleStore;
 pub use keys::{
     FlushLimits, KeyStore, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome,
     CREATED_STATUS,
@@ -229,6 +231,11 @@ impl Store {
     /// Webhook events' statements (the API, the reaper).
     pub fn events(&self) -> EventStore {
         EventStore(self.clone())
+    }
+
+    /// The operator console's statements.
+    pub fn console(&self) -> ConsoleStore {
+        ConsoleStore(self.clone())
     }
 
     /// Runs one operation on a connection of the write pool within `--db-timeout`.

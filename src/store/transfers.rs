@@ -51,6 +51,24 @@ impl Store {
         .await
     }
 
+    /// A transfer by id alone, whoever its client (the operator console).
+    pub(super) async fn transfer_by_id(&self, id: Uuid) -> Result<Option<Transfer>, StoreError> {
+        self.with_client(|client| async move {
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1"
+                ))
+                .await?;
+            client
+                .query_opt(&stmt, &[&id])
+                .await?
+                .as_ref()
+                .map(transfer_from_row)
+                .transpose()
+        })
+        .await
+    }
+
     /// A page of a client's transfers, newest first, after the cursor
     /// `starting_after` (exclusive). `None` when the cursor names no transfer
     /// of this client.

@@ -1,0 +1,1054 @@
+//! The operator console's statements: operators and sessions, the pages'
+//! reads, and the repairs, each audited in its own transaction.
+//!
+//! Every read is bounded and uses an index: keyset pages (never `OFFSET`,
+//! never `COUNT(*)` over transfers), and filters the indexes cannot serve
+//! (status, provider reference) are applied to a bounded scan of the newest
+//! transfers, so a page costs the same on a table of a million rows as on
+//! one of a thousand and says when it stopped looking.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::webhooks::{DELIVERIES, WEBHOOK_CHANNEL};
+use super::{Store, StoreError};
+use crate::domain::webhook::event_id_floor;
+use crate::domain::{ConsoleSecret, ConsoleSecretHash, Transfer, TransferStatus};
+
+/// A signed-in operator, as a request's session names them.
+#[derive(Debug, Clone)]
+pub struct OperatorSession {
+    /// The operator.
+    pub operator_id: Uuid,
+    /// Their name, for the page header and the audit.
+    pub operator_name: String,
+    /// The session's CSRF token: every state-changing request carries it.
+    pub csrf_token: String,
+    /// When the session ends.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Filters of the transfers page; each is optional.
+#[derive(Debug, Clone, Default)]
+pub struct TransferFilter {
+    /// Only this status.
+    pub status: Option<TransferStatus>,
+    /// Only this client's.
+    pub client_id: Option<Uuid>,
+    /// Only this provider reference.
+    pub provider_reference: Option<String>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// One line of the transfers page.
+#[derive(Debug, Clone)]
+pub struct TransferLine {
+    /// The transfer.
+    pub id: Uuid,
+    /// Its client.
+    pub client_id: Uuid,
+    /// Its idempotency key.
+    pub idempotency_key: String,
+    /// Its status.
+    pub status: String,
+    /// Minor units.
+    pub amount: i64,
+    /// ISO 4217.
+    pub currency: String,
+    /// The provider's reference, once known.
+    pub provider_reference: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A keyset page of transfers, newest first.
+#[derive(Debug, Clone)]
+pub struct TransferLines {
+    /// At most a page of matches.
+    pub lines: Vec<TransferLine>,
+    /// Where the next page starts (exclusive), when there may be one.
+    pub next: Option<Uuid>,
+    /// The page stopped after scanning this many transfers without filling
+    /// up: older matches may exist past `next`.
+    pub scan_exhausted: Option<i64>,
+}
+
+/// The idempotency key row of a transfer, while it is kept.
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    /// When the first attempt stored it.
+    pub created_at: DateTime<Utc>,
+    /// When the reaper forgets it.
+    pub expires_at: DateTime<Utc>,
+    /// The status every replay answers.
+    pub response_status: i32,
+}
+
+/// One provider call the relay made.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// The claim's number.
+    pub attempt: i32,
+    /// How it ended.
+    pub outcome: String,
+    /// The provider's reference or reason, or the error.
+    pub detail: Option<String>,
+    /// When its outcome was recorded.
+    pub at: DateTime<Utc>,
+}
+
+/// The transfer's outbox row, while it has one.
+#[derive(Debug, Clone)]
+pub struct OutboxRecord {
+    /// Claims so far.
+    pub attempts: i32,
+    /// When it is next due.
+    pub available_at: DateTime<Utc>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    pub dead_at: Option<DateTime<Utc>>,
+    /// Some call's outcome is unknown.
+    pub ambiguous: bool,
+}
+
+/// The transfer's status lookups, while it is `processing`.
+#[derive(Debug, Clone)]
+pub struct PollRecord {
+    /// Lookups so far.
+    pub attempts: i32,
+    /// Since when it has been `processing`.
+    pub processing_since: DateTime<Utc>,
+    /// When it is looked up next.
+    pub next_poll_at: DateTime<Utc>,
+    /// What the last lookup found.
+    pub last_error: Option<String>,
+}
+
+/// A provider notification about the transfer.
+#[derive(Debug, Clone)]
+pub struct NotificationRecord {
+    /// The provider's notification id.
+    pub id: String,
+    /// What it reported.
+    pub reported: Option<String>,
+    /// When it arrived.
+    pub received_at: DateTime<Utc>,
+}
+
+/// One delivery of an event to one endpoint.
+#[derive(Debug, Clone)]
+pub struct DeliveryLine {
+    /// The endpoint.
+    pub endpoint_id: Uuid,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// The receiver's last status.
+    pub last_status: Option<i32>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it was accepted.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// When it was given up.
+    pub dead_at: Option<DateTime<Utc>>,
+}
+
+/// A webhook event and its deliveries.
+#[derive(Debug, Clone)]
+pub struct EventLine {
+    /// The event.
+    pub id: Uuid,
+    /// Its client.
+    pub client_id: Uuid,
+    /// Its transfer.
+    pub transfer_id: Uuid,
+    /// `transfer.succeeded` and so on.
+    pub kind: String,
+    /// When it was made (the status change's time).
+    pub created_at: DateTime<Utc>,
+    /// Its deliveries, by endpoint.
+    pub deliveries: Vec<DeliveryLine>,
+}
+
+/// An operator action as the audit keeps it.
+#[derive(Debug, Clone)]
+pub struct AuditLine {
+    /// Its number, newest highest.
+    pub id: i64,
+    /// Who.
+    pub operator_name: String,
+    /// What (`outbox.retry`, `event.redeliver`, ...).
+    pub action: String,
+    /// On what: a transfer, an event, an endpoint, or a filter.
+    pub target: String,
+    /// How many rows it changed.
+    pub rows_touched: i64,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// Everything known about one transfer, for its timeline.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// The transfer, with its anomalies.
+    pub transfer: Transfer,
+    /// Its idempotency key's row, until the key expires.
+    pub key: Option<KeyRecord>,
+    /// Every provider call, in order.
+    pub attempts: Vec<AttemptRecord>,
+    /// Its outbox row, while not final.
+    pub outbox: Option<OutboxRecord>,
+    /// Its lookups, while `processing`.
+    pub poll: Option<PollRecord>,
+    /// Notifications about it, in arrival order.
+    pub notifications: Vec<NotificationRecord>,
+    /// Its events (one per status change) and their deliveries.
+    pub events: Vec<EventLine>,
+    /// Operator actions on it.
+    pub audit: Vec<AuditLine>,
+}
+
+/// A dead-lettered outbox row.
+#[derive(Debug, Clone)]
+pub struct DeadRow {
+    /// The transfer.
+    pub transfer_id: Uuid,
+    /// Its client.
+    pub client_id: Uuid,
+    /// Minor units.
+    pub amount: i64,
+    /// ISO 4217.
+    pub currency: String,
+    /// Claims so far.
+    pub attempts: i32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Some call's outcome is unknown.
+    pub ambiguous: bool,
+    /// When it was dead-lettered.
+    pub dead_at: DateTime<Utc>,
+}
+
+/// A webhook endpoint that needs an operator: disabled, or with dead
+/// deliveries.
+#[derive(Debug, Clone)]
+pub struct EndpointLine {
+    /// The endpoint.
+    pub id: Uuid,
+    /// Its client.
+    pub client_id: Uuid,
+    /// Where it delivers.
+    pub url: String,
+    /// When it was disabled, if it is.
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// Its dead deliveries.
+    pub dead: i64,
+}
+
+/// Rates and backlogs for the live view, from the database, so every
+/// `serve` process shows the same figures.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Live {
+    /// Transfers created per second over the last window.
+    pub creates_per_second: f64,
+    /// Transfers that reached `succeeded` or `failed` per second.
+    pub settlements_per_second: f64,
+    /// Outbox rows not yet final and not dead.
+    pub outbox_backlog: i64,
+    /// Dead outbox rows.
+    pub outbox_dead: i64,
+    /// Webhook deliveries neither delivered nor dead.
+    pub deliveries_backlog: i64,
+    /// Dead deliveries.
+    pub deliveries_dead: i64,
+    /// Transfers `processing`.
+    pub processing: i64,
+}
+
+/// The window over which the live view's rates are counted: short enough
+/// to follow load, long enough to smooth a group commit's bursts.
+const LIVE_WINDOW: Duration = Duration::from_secs(5);
+
+/// The console's statements.
+#[derive(Clone)]
+pub struct ConsoleStore(pub(super) Store);
+
+impl ConsoleStore {
+    /// Makes an operator and their token; only the token's hash is kept.
+    pub async fn create_operator(&self, name: &str) -> Result<(Uuid, ConsoleSecret), StoreError> {
+        let id = Uuid::now_v7();
+        let token = ConsoleSecret::operator_token();
+        let hash = token.hash();
+        self.0
+            .with_client(|client| async move {
+                client
+                    .execute(
+                        "INSERT INTO operators (id, name, token_hash) VALUES ($1, $2, $3)",
+                        &[&id, &name, &hash.0.as_slice()],
+                    )
+                    .await?;
+                Ok(())
+            })
+            .await?;
+        Ok((id, token))
+    }
+
+    /// Revokes a live operator token and ends its sessions at once; false
+    /// when no live token matches.
+    pub async fn revoke_operator(&self, hash: &ConsoleSecretHash) -> Result<bool, StoreError> {
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let row = tx
+                    .query_opt(
+                        "UPDATE operators SET revoked_at = now() \
+                         WHERE token_hash = $1 AND revoked_at IS NULL RETURNING id",
+                        &[&hash.0.as_slice()],
+                    )
+                    .await?;
+                let Some(row) = row else { return Ok(false) };
+                let id: Uuid = row.get(0);
+                tx.execute(
+                    "DELETE FROM operator_sessions WHERE operator_id = $1",
+                    &[&id],
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Opens a session for the operator holding `token`, for `ttl`; `None`
+    /// when no live operator has it. Expired sessions are cleared on the way
+    /// (a bounded number), so the table holds live ones and a few more.
+    pub async fn sign_in(
+        &self,
+        token: &ConsoleSecretHash,
+        session: &ConsoleSecretHash,
+        csrf_token: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let Some(op) = tx
+                    .query_opt(
+                        "SELECT id, name FROM operators WHERE token_hash = $1 AND revoked_at IS NULL",
+                        &[&token.0.as_slice()],
+                    )
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let (id, name): (Uuid, String) = (op.get(0), op.get(1));
+                tx.execute(
+                    "DELETE FROM operator_sessions WHERE secret_hash IN (\
+                     SELECT secret_hash FROM operator_sessions WHERE expires_at < now() LIMIT 1000)",
+                    &[],
+                )
+                .await?;
+                tx.execute(
+                    "INSERT INTO operator_sessions (secret_hash, operator_id, csrf_token, expires_at) \
+                     VALUES ($1, $2, $3, now() + make_interval(secs => $4))",
+                    &[&session.0.as_slice(), &id, &csrf_token, &ttl.as_secs_f64()],
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(Some(name))
+            })
+            .await
+    }
+
+    /// The live session with this secret, of an operator not revoked.
+    pub async fn session(
+        &self,
+        secret: &ConsoleSecretHash,
+    ) -> Result<Option<OperatorSession>, StoreError> {
+        self.0
+            .with_auth_client(|client| async move {
+                let stmt = client
+                    .prepare_cached(
+                        "SELECT o.id, o.name, s.csrf_token, s.expires_at FROM operator_sessions s \
+                         JOIN operators o ON o.id = s.operator_id \
+                         WHERE s.secret_hash = $1 AND s.expires_at > now() AND o.revoked_at IS NULL",
+                    )
+                    .await?;
+                Ok(client
+                    .query_opt(&stmt, &[&secret.0.as_slice()])
+                    .await?
+                    .map(|r| OperatorSession {
+                        operator_id: r.get(0),
+                        operator_name: r.get(1),
+                        csrf_token: r.get(2),
+                        expires_at: r.get(3),
+                    }))
+            })
+            .await
+    }
+
+    /// Ends a session.
+    pub async fn sign_out(&self, secret: &ConsoleSecretHash) -> Result<(), StoreError> {
+        self.0
+            .with_client(|client| async move {
+                client
+                    .execute(
+                        "DELETE FROM operator_sessions WHERE secret_hash = $1",
+                        &[&secret.0.as_slice()],
+                    )
+                    .await?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// A page of transfers, newest first, older than `before`. The client
+    /// and the time range narrow an index scan; status and provider
+    /// reference filter at most `scan_max` of the transfers it yields.
+    pub async fn transfers(
+        &self,
+        filter: &TransferFilter,
+        before: Option<Uuid>,
+        page: i64,
+        scan_max: i64,
+    ) -> Result<TransferLines, StoreError> {
+        assert!(page > 0 && scan_max >= page, "a page fits in its scan");
+        // Transfer ids are UUID v7: their order is their creation order to
+        // the millisecond, so the primary key serves time order and a time
+        // range is a range of ids.
+        let upper = match (before, filter.to) {
+            (Some(b), Some(to)) => Some(b.min(event_id_floor(to.into()))),
+            (Some(b), None) => Some(b),
+            (None, Some(to)) => Some(event_id_floor(to.into())),
+            (None, None) => None,
+        };
+        let lower = filter.from.map(|f| event_id_floor(f.into()));
+        let status = filter.status.map(TransferStatus::as_str);
+        let reference = filter.provider_reference.clone();
+        let client_id = filter.client_id;
+        self.0
+            .with_client(|client| async move {
+                let stmt = client
+                    .prepare_cached(
+                        "WITH scan AS MATERIALIZED (
+                            SELECT id, client_id, idempotency_key, status, amount, currency,
+                                   provider_reference, created_at
+                            FROM transfers
+                            WHERE ($1::uuid IS NULL OR client_id = $1)
+                              AND ($2::uuid IS NULL OR id < $2)
+                              AND ($3::uuid IS NULL OR id >= $3)
+                            ORDER BY id DESC LIMIT $4)
+                         SELECT * FROM scan
+                         WHERE ($5::text IS NULL OR status = $5)
+                           AND ($6::text IS NULL OR provider_reference = $6)
+                         ORDER BY id DESC LIMIT $7",
+                    )
+                    .await?;
+                let rows = client
+                    .query(
+                        &stmt,
+                        &[
+                            &client_id,
+                            &upper,
+                            &lower,
+                            &scan_max,
+                            &status,
+                            &reference,
+                            &(page + 1),
+                        ],
+                    )
+                    .await?;
+                let mut lines: Vec<TransferLine> = rows.iter().map(line_of).collect();
+                let full = lines.len() as i64 > page;
+                lines.truncate(page as usize);
+                let (next, scan_exhausted) = if full {
+                    (lines.last().map(|l| l.id), None)
+                } else {
+                    // Not a full page: either every transfer in range was
+                    // read, or the scan stopped at its bound; then resume
+                    // after the last transfer it read.
+                    match scan_end(&client, client_id, upper, lower, scan_max).await? {
+                        (scanned, end) if scanned == scan_max => (end, Some(scan_max)),
+                        _ => (None, None),
+                    }
+                };
+                Ok(TransferLines {
+                    lines,
+                    next,
+                    scan_exhausted,
+                })
+            })
+            .await
+    }
+
+    /// The transfers an idempotency key names: of one client, or of every
+    /// client (one primary-key lookup per client). Keys are kept for
+    /// their retention only; older transfers are found by id or time.
+    pub async fn transfers_by_key(
+        &self,
+        key: &str,
+        client_id: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<TransferLine>, StoreError> {
+        let key = key.to_owned();
+        self.0
+            .with_client(|client| async move {
+                let rows = client
+                    .query(
+                        "SELECT t.id, t.client_id, t.idempotency_key, t.status, t.amount, t.currency,
+                                t.provider_reference, t.created_at
+                         FROM clients c
+                         CROSS JOIN LATERAL (SELECT transfer_id FROM idempotency_keys k
+                                             WHERE k.client_id = c.id AND k.key = $1) k
+                         JOIN transfers t ON t.id = k.transfer_id
+                         WHERE ($2::uuid IS NULL OR c.id = $2)
+                         ORDER BY t.id DESC LIMIT $3",
+                        &[&key, &client_id, &limit],
+                    )
+                    .await?;
+                Ok(rows.iter().map(line_of).collect())
+            })
+            .await
+    }
+
+    /// One transfer's whole story; `None` when no transfer has this id.
+    pub async fn timeline(&self, id: Uuid) -> Result<Option<Timeline>, StoreError> {
+        let Some(transfer) = self.0.transfer_by_id(id).await? else {
+            return Ok(None);
+        };
+        let client_id = transfer.client_id.0;
+        let key = transfer.idempotency_key.as_str().to_owned();
+        let target = id.to_string();
+        self.0
+            .with_client(|client| async move {
+                let by_key: [&(dyn ToSql + Sync); 2] = [&client_id, &key];
+                let by_id: [&(dyn ToSql + Sync); 1] = [&id];
+                let by_target: [&(dyn ToSql + Sync); 1] = [&target];
+                let (key_row, attempts, outbox, poll, notifications, events, audit) = futures::try_join!(
+                    client.query_opt(
+                        "SELECT created_at, expires_at, response_status FROM idempotency_keys \
+                         WHERE client_id = $1 AND key = $2",
+                        &by_key,
+                    ),
+                    client.query(
+                        "SELECT attempt, outcome, detail, at FROM provider_attempts \
+                         WHERE transfer_id = $1 ORDER BY attempt",
+                        &by_id,
+                    ),
+                    client.query_opt(
+                        "SELECT attempts, available_at, last_error, dead_at, ambiguous FROM outbox \
+                         WHERE transfer_id = $1",
+                        &by_id,
+                    ),
+                    client.query_opt(
+                        "SELECT attempts, processing_since, next_poll_at, last_error FROM provider_polls \
+                         WHERE transfer_id = $1",
+                        &by_id,
+                    ),
+                    client.query(
+                        "SELECT id, reported, received_at FROM provider_notifications \
+                         WHERE transfer_id = $1 ORDER BY received_at, id",
+                        &by_id,
+                    ),
+                    client.query(
+                        "SELECT id, client_id, transfer_id, type, created_at FROM webhook_events \
+                         WHERE transfer_id = $1 ORDER BY id",
+                        &by_id,
+                    ),
+                    client.query(
+                        "SELECT id, operator_name, action, target, rows_touched, at FROM operator_audit \
+                         WHERE target = $1 ORDER BY id",
+                        &by_target,
+                    ),
+                )?;
+                let mut events: Vec<EventLine> = events.iter().map(event_of).collect();
+                attach_deliveries(&client, &mut events).await?;
+                Ok(Some(Timeline {
+                    transfer,
+                    key: key_row.map(|r| KeyRecord {
+                        created_at: r.get(0),
+                        expires_at: r.get(1),
+                        response_status: r.get(2),
+                    }),
+                    attempts: attempts
+                        .iter()
+                        .map(|r| AttemptRecord {
+                            attempt: r.get(0),
+                            outcome: r.get(1),
+                            detail: r.get(2),
+                            at: r.get(3),
+                        })
+                        .collect(),
+                    outbox: outbox.map(|r| OutboxRecord {
+                        attempts: r.get(0),
+                        available_at: r.get(1),
+                        last_error: r.get(2),
+                        dead_at: r.get(3),
+                        ambiguous: r.get(4),
+                    }),
+                    poll: poll.map(|r| PollRecord {
+                        attempts: r.get(0),
+                        processing_since: r.get(1),
+                        next_poll_at: r.get(2),
+                        last_error: r.get(3),
+                    }),
+                    notifications: notifications
+                        .iter()
+                        .map(|r| NotificationRecord {
+                            id: r.get(0),
+                            reported: r.get(1),
+                            received_at: r.get(2),
+                        })
+                        .collect(),
+                    events,
+                    audit: audit.iter().map(audit_of).collect(),
+                }))
+            })
+            .await
+    }
+
+    /// Dead outbox rows whose last error contains `error` (all when
+    /// `None`), most recently dead first, and how many match in all.
+    pub async fn dead_rows(
+        &self,
+        error: Option<&str>,
+        limit: i64,
+    ) -> Result<(Vec<DeadRow>, i64), StoreError> {
+        let error = error.map(str::to_owned);
+        self.0
+            .with_client(|client| async move {
+                let page: [&(dyn ToSql + Sync); 2] = [&error, &limit];
+                let all: [&(dyn ToSql + Sync); 1] = [&error];
+                let (rows, count) = futures::try_join!(
+                    client.query(
+                        "SELECT o.transfer_id, t.client_id, t.amount, t.currency, o.attempts,
+                                o.last_error, o.ambiguous, o.dead_at
+                         FROM outbox o JOIN transfers t ON t.id = o.transfer_id
+                         WHERE o.dead_at IS NOT NULL
+                           AND ($1::text IS NULL OR strpos(o.last_error, $1) > 0)
+                         ORDER BY o.dead_at DESC, o.transfer_id LIMIT $2",
+                        &page,
+                    ),
+                    client.query_one(
+                        "SELECT count(*) FROM outbox o WHERE o.dead_at IS NOT NULL \
+                         AND ($1::text IS NULL OR strpos(o.last_error, $1) > 0)",
+                        &all,
+                    ),
+                )?;
+                let rows = rows
+                    .iter()
+                    .map(|r| DeadRow {
+                        transfer_id: r.get(0),
+                        client_id: r.get(1),
+                        amount: r.get(2),
+                        currency: r.get(3),
+                        attempts: r.get(4),
+                        last_error: r.get(5),
+                        ambiguous: r.get(6),
+                        dead_at: r.get(7),
+                    })
+                    .collect();
+                Ok((rows, count.get(0)))
+            })
+            .await
+    }
+
+    /// Puts dead outbox rows back in line with a fresh budget: one
+    /// transfer's, or every one whose last error contains `error` (all
+    /// when both are `None`), at most `rows_max`. Audited in the same
+    /// transaction; returns how many rows are due again. The fencing token
+    /// keeps growing: a retry starts a new budget from where it stands.
+    pub async fn retry_dead(
+        &self,
+        operator: &OperatorSession,
+        transfer_id: Option<Uuid>,
+        error: Option<&str>,
+        rows_max: i64,
+    ) -> Result<u64, StoreError> {
+        let error = error.map(str::to_owned);
+        let target = match (transfer_id, &error) {
+            (Some(id), _) => id.to_string(),
+            (None, Some(e)) => format!("dead rows with last error containing {e:?}"),
+            (None, None) => "all dead rows".to_owned(),
+        };
+        let set = super::outbox::OUTBOX.requeue_set();
+        let operator = operator.clone();
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let n = tx
+                    .execute(
+                        &format!(
+                            "UPDATE outbox q SET {set}, locked_until = NULL WHERE transfer_id IN (
+                                SELECT transfer_id FROM outbox
+                                WHERE dead_at IS NOT NULL
+                                  AND ($1::uuid IS NULL OR transfer_id = $1)
+                                  AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
+                                ORDER BY dead_at LIMIT $3 FOR UPDATE)"
+                        ),
+                        &[&transfer_id, &error, &rows_max],
+                    )
+                    .await?;
+                assert!(n <= rows_max as u64, "a bulk retry stays within its limit");
+                audit(&tx, &operator, "outbox.retry", &target, n).await?;
+                if n > 0 {
+                    tx.execute(
+                        "SELECT pg_notify($1, '')",
+                        &[&super::outbox::OUTBOX_CHANNEL],
+                    )
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(n)
+            })
+            .await
+    }
+
+    /// A page of webhook events across clients, newest first, older than
+    /// `before`: one transfer's, or only those with a dead delivery.
+    pub async fn events(
+        &self,
+        transfer_id: Option<Uuid>,
+        dead_only: bool,
+        before: Option<Uuid>,
+        page: i64,
+    ) -> Result<(Vec<EventLine>, Option<Uuid>), StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let rows = if dead_only {
+                    client
+                        .query(
+                            "SELECT e.id, e.client_id, e.transfer_id, e.type, e.created_at
+                             FROM webhook_events e
+                             WHERE e.id IN (SELECT event_id FROM webhook_deliveries
+                                            WHERE dead_at IS NOT NULL
+                                              AND ($1::uuid IS NULL OR event_id < $1))
+                               AND ($2::uuid IS NULL OR e.transfer_id = $2)
+                             ORDER BY e.id DESC LIMIT $3",
+                            &[&before, &transfer_id, &(page + 1)],
+                        )
+                        .await?
+                } else {
+                    client
+                        .query(
+                            "SELECT id, client_id, transfer_id, type, created_at FROM webhook_events
+                             WHERE ($1::uuid IS NULL OR id < $1)
+                               AND ($2::uuid IS NULL OR transfer_id = $2)
+                             ORDER BY id DESC LIMIT $3",
+                            &[&before, &transfer_id, &(page + 1)],
+                        )
+                        .await?
+                };
+                let mut events: Vec<EventLine> = rows.iter().map(event_of).collect();
+                let next = if events.len() as i64 > page {
+                    events.truncate(page as usize);
+                    events.last().map(|e| e.id)
+                } else {
+                    None
+                };
+                attach_deliveries(&client, &mut events).await?;
+                Ok((events, next))
+            })
+            .await
+    }
+
+    /// Makes an event's undelivered deliveries to live endpoints due now
+    /// with a fresh schedule, audited; `None` when no event has this id.
+    pub async fn redeliver_event(
+        &self,
+        operator: &OperatorSession,
+        event_id: Uuid,
+    ) -> Result<Option<u64>, StoreError> {
+        let operator = operator.clone();
+        let set = DELIVERIES.requeue_set();
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                // FOR SHARE: the reaper skips an event held here.
+                let found = tx
+                    .query_opt(
+                        "SELECT 1 FROM webhook_events WHERE id = $1 FOR SHARE",
+                        &[&event_id],
+                    )
+                    .await?;
+                if found.is_none() {
+                    return Ok(None);
+                }
+                let n = tx
+                    .execute(
+                        &format!(
+                            "UPDATE webhook_deliveries q SET {set} FROM webhook_endpoints ep \
+                             WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
+                               AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL"
+                        ),
+                        &[&event_id],
+                    )
+                    .await?;
+                audit(&tx, &operator, "event.redeliver", &event_id.to_string(), n).await?;
+                if n > 0 {
+                    tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Some(n))
+            })
+            .await
+    }
+
+    /// Endpoints that need an operator: disabled ones, and live ones with
+    /// dead deliveries.
+    pub async fn endpoints(&self, limit: i64) -> Result<Vec<EndpointLine>, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let rows = client
+                    .query(
+                        "WITH dead AS (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries
+                                       WHERE dead_at IS NOT NULL GROUP BY endpoint_id)
+                         SELECT ep.id, ep.client_id, ep.url, ep.disabled_at, COALESCE(dead.n, 0)
+                         FROM webhook_endpoints ep LEFT JOIN dead ON dead.endpoint_id = ep.id
+                         WHERE ep.deleted_at IS NULL AND (ep.disabled_at IS NOT NULL OR dead.n > 0)
+                         ORDER BY ep.disabled_at DESC NULLS LAST, dead.n DESC, ep.id LIMIT $1",
+                        &[&limit],
+                    )
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| EndpointLine {
+                        id: r.get(0),
+                        client_id: r.get(1),
+                        url: r.get(2),
+                        disabled_at: r.get(3),
+                        dead: r.get(4),
+                    })
+                    .collect())
+            })
+            .await
+    }
+
+    /// Re-enables an endpoint (if disabled) and makes its dead deliveries
+    /// due again with a fresh schedule, at most `rows_max`, audited;
+    /// `None` when no live endpoint has this id.
+    pub async fn revive_endpoint(
+        &self,
+        operator: &OperatorSession,
+        endpoint_id: Uuid,
+        rows_max: i64,
+    ) -> Result<Option<u64>, StoreError> {
+        let operator = operator.clone();
+        let set = DELIVERIES.requeue_set();
+        self.0
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let found = tx
+                    .query_opt(
+                        "UPDATE webhook_endpoints SET disabled_at = NULL \
+                         WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+                        &[&endpoint_id],
+                    )
+                    .await?;
+                if found.is_none() {
+                    return Ok(None);
+                }
+                let n = tx
+                    .execute(
+                        &format!(
+                            "UPDATE webhook_deliveries q SET {set} WHERE (event_id, endpoint_id) IN (
+                                SELECT event_id, endpoint_id FROM webhook_deliveries
+                                WHERE endpoint_id = $1 AND dead_at IS NOT NULL AND delivered_at IS NULL
+                                ORDER BY event_id LIMIT $2 FOR UPDATE)"
+                        ),
+                        &[&endpoint_id, &rows_max],
+                    )
+                    .await?;
+                assert!(n <= rows_max as u64, "a bulk redelivery stays within its limit");
+                audit(&tx, &operator, "endpoint.redeliver-dead", &endpoint_id.to_string(), n)
+                    .await?;
+                if n > 0 {
+                    tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Some(n))
+            })
+            .await
+    }
+
+    /// A page of the audit, newest first, older than `before`.
+    pub async fn audit(
+        &self,
+        before: Option<i64>,
+        page: i64,
+    ) -> Result<(Vec<AuditLine>, Option<i64>), StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let rows = client
+                    .query(
+                        "SELECT id, operator_name, action, target, rows_touched, at FROM operator_audit \
+                         WHERE ($1::int8 IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
+                        &[&before, &(page + 1)],
+                    )
+                    .await?;
+                let mut lines: Vec<AuditLine> = rows.iter().map(audit_of).collect();
+                let next = if lines.len() as i64 > page {
+                    lines.truncate(page as usize);
+                    lines.last().map(|l| l.id)
+                } else {
+                    None
+                };
+                Ok((lines, next))
+            })
+            .await
+    }
+
+    /// Creates and settlements per second over the last few seconds, and
+    /// the backlogs.
+    pub async fn live(&self) -> Result<Live, StoreError> {
+        let since = event_id_floor(std::time::SystemTime::now() - LIVE_WINDOW);
+        let window = LIVE_WINDOW.as_secs_f64();
+        self.0
+            .with_client(|client| async move {
+                let row = client
+                    .query_one(
+                        "SELECT
+                            (SELECT count(*) FROM transfers WHERE id >= $1),
+                            (SELECT count(*) FROM webhook_events WHERE id >= $1
+                                AND type IN ('transfer.succeeded', 'transfer.failed')),
+                            (SELECT count(*) FILTER (WHERE dead_at IS NULL) FROM outbox),
+                            (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL),
+                            (SELECT count(*) FROM webhook_deliveries
+                                WHERE delivered_at IS NULL AND dead_at IS NULL),
+                            (SELECT count(*) FROM webhook_deliveries WHERE dead_at IS NOT NULL),
+                            (SELECT count(*) FROM provider_polls)",
+                        &[&since],
+                    )
+                    .await?;
+                Ok(Live {
+                    creates_per_second: row.get::<_, i64>(0) as f64 / window,
+                    settlements_per_second: row.get::<_, i64>(1) as f64 / window,
+                    outbox_backlog: row.get(2),
+                    outbox_dead: row.get(3),
+                    deliveries_backlog: row.get(4),
+                    deliveries_dead: row.get(5),
+                    processing: row.get(6),
+                })
+            })
+            .await
+    }
+}
+
+/// How many transfers a page's scan read, and the oldest of them.
+async fn scan_end(
+    client: &deadpool_postgres::Object,
+    client_id: Option<Uuid>,
+    upper: Option<Uuid>,
+    lower: Option<Uuid>,
+    scan_max: i64,
+) -> Result<(i64, Option<Uuid>), StoreError> {
+    let row = client
+        .query_one(
+            "SELECT count(*), (array_agg(id ORDER BY id))[1] FROM (SELECT id FROM transfers
+                     WHERE ($1::uuid IS NULL OR client_id = $1)
+                       AND ($2::uuid IS NULL OR id < $2)
+                       AND ($3::uuid IS NULL OR id >= $3)
+                     ORDER BY id DESC LIMIT $4) s",
+            &[&client_id, &upper, &lower, &scan_max],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Writes one operator action to the audit, in the action's transaction.
+async fn audit(
+    tx: &deadpool_postgres::Transaction<'_>,
+    operator: &OperatorSession,
+    action: &str,
+    target: &str,
+    rows: u64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO operator_audit (operator_id, operator_name, action, target, rows_touched) \
+         VALUES ($1, $2, $3, $4, $5)",
+        &[
+            &operator.operator_id,
+            &operator.operator_name,
+            &action,
+            &target,
+            &(rows as i64),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Fills in each event's deliveries (one query for the page).
+async fn attach_deliveries(
+    client: &deadpool_postgres::Object,
+    events: &mut [EventLine],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+    let rows = client
+        .query(
+            "SELECT event_id, endpoint_id, attempts, last_status, last_error, delivered_at, dead_at \
+             FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY endpoint_id",
+            &[&ids],
+        )
+        .await?;
+    for r in &rows {
+        let event_id: Uuid = r.get(0);
+        if let Some(event) = events.iter_mut().find(|e| e.id == event_id) {
+            event.deliveries.push(DeliveryLine {
+                endpoint_id: r.get(1),
+                attempts: r.get(2),
+                last_status: r.get(3),
+                last_error: r.get(4),
+                delivered_at: r.get(5),
+                dead_at: r.get(6),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn line_of(r: &tokio_postgres::Row) -> TransferLine {
+    TransferLine {
+        id: r.get("id"),
+        client_id: r.get("client_id"),
+        idempotency_key: r.get("idempotency_key"),
+        status: r.get("status"),
+        amount: r.get("amount"),
+        currency: r.get("currency"),
+        provider_reference: r.get("provider_reference"),
+        created_at: r.get("created_at"),
+    }
+}
+
+fn event_of(r: &tokio_postgres::Row) -> EventLine {
+    EventLine {
+        id: r.get(0),
+        client_id: r.get(1),
+        transfer_id: r.get(2),
+        kind: r.get(3),
+        created_at: r.get(4),
+        deliveries: Vec::new(),
+    }
+}
+
+fn audit_of(r: &tokio_postgres::Row) -> AuditLine {
+    AuditLine {
+        id: r.get(0),
+        operator_name: r.get(1),
+        action: r.get(2),
+        target: r.get(3),
+        rows_touched: r.get(4),
+        at: r.get(5),
+    }
+}

@@ -347,6 +347,33 @@ async fn pages_keep_to_their_scan_bound_and_say_so() {
     let (_, none) = page(&app, &b, "/console/transfers?status=failed").await;
     assert!(none.contains("Stopped after reading 3 transfers"), "{none}");
     assert!(none.contains(&format!("before={}", newest[2])), "{none}");
+
+    // One client's transfers through its index, and the next page from
+    // the cursor; another client's filter matches none of them.
+    let (_, mine) = page(
+        &app,
+        &b,
+        &format!("/console/transfers?client={}", app.client_id),
+    )
+    .await;
+    assert!(mine.contains(newest[0].as_str()) && mine.contains(newest[1].as_str()));
+    let next = format!(
+        "/console/transfers?client={}&before={}",
+        app.client_id, newest[1]
+    );
+    let (_, older) = page(&app, &b, &next).await;
+    assert!(older.contains(newest[2].as_str()) && older.contains(newest[3].as_str()));
+    assert!(!older.contains(newest[1].as_str()));
+    let (_, theirs) = page(
+        &app,
+        &b,
+        &format!("/console/transfers?client={}", new_key()),
+    )
+    .await;
+    assert!(theirs.contains("No transfer matches"));
+    // A time range that ends before them all.
+    let (_, early) = page(&app, &b, "/console/transfers?to=2020-01-01").await;
+    assert!(early.contains("No transfer matches"));
 }
 
 #[actix_web::test]

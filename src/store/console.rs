@@ -419,51 +419,30 @@ impl ConsoleStore {
         scan_max: i64,
     ) -> Result<TransferLines, StoreError> {
         assert!(page > 0 && scan_max >= page, "a page fits in its scan");
-        // Transfer ids are UUID v7: their order is their creation order to
-        // the millisecond, so the primary key serves time order and a time
-        // range is a range of ids.
-        let upper = match (before, filter.to) {
-            (Some(b), Some(to)) => Some(b.min(event_id_floor(to.into()))),
-            (Some(b), None) => Some(b),
-            (None, Some(to)) => Some(event_id_floor(to.into())),
-            (None, None) => None,
-        };
-        let lower = filter.from.map(|f| event_id_floor(f.into()));
+        let scan = Scan::of(filter, before, scan_max);
         let status = filter.status.map(TransferStatus::as_str);
         let reference = filter.provider_reference.clone();
-        let client_id = filter.client_id;
         self.0
             .with_client(|client| async move {
-                let stmt = client
-                    .prepare_cached(
-                        "WITH scan AS MATERIALIZED (
-                            SELECT id, client_id, idempotency_key, status, amount, currency,
-                                   provider_reference, created_at
-                            FROM transfers
-                            WHERE ($1::uuid IS NULL OR client_id = $1)
-                              AND ($2::uuid IS NULL OR id < $2)
-                              AND ($3::uuid IS NULL OR id >= $3)
-                            ORDER BY id DESC LIMIT $4)
-                         SELECT * FROM scan
-                         WHERE ($5::text IS NULL OR status = $5)
-                           AND ($6::text IS NULL OR provider_reference = $6)
-                         ORDER BY id DESC LIMIT $7",
-                    )
-                    .await?;
-                let rows = client
-                    .query(
-                        &stmt,
-                        &[
-                            &client_id,
-                            &upper,
-                            &lower,
-                            &scan_max,
-                            &status,
-                            &reference,
-                            &(page + 1),
-                        ],
-                    )
-                    .await?;
+                let n = scan.params.len();
+                let sql = format!(
+                    "WITH scan AS ({})
+                     SELECT * FROM scan
+                     WHERE (${}::text IS NULL OR status = ${})
+                       AND (${}::text IS NULL OR provider_reference = ${})
+                     ORDER BY {} LIMIT ${}",
+                    scan.sql(LINE_COLUMNS),
+                    n + 1,
+                    n + 1,
+                    n + 2,
+                    n + 2,
+                    scan.order,
+                    n + 3
+                );
+                let fetch = page + 1;
+                let mut params = scan.params();
+                params.extend([&status as &(dyn ToSql + Sync), &reference, &fetch]);
+                let rows = client.query(&sql, &params).await?;
                 let mut lines: Vec<TransferLine> = rows.iter().map(line_of).collect();
                 let full = lines.len() as i64 > page;
                 lines.truncate(page as usize);
@@ -473,9 +452,17 @@ impl ConsoleStore {
                     // Not a full page: either every transfer in range was
                     // read, or the scan stopped at its bound; then resume
                     // after the last transfer it read.
-                    match scan_end(&client, client_id, upper, lower, scan_max).await? {
-                        (scanned, end) if scanned == scan_max => (end, Some(scan_max)),
-                        _ => (None, None),
+                    let sql = format!(
+                        "SELECT count(*), (array_agg(id ORDER BY {}))[count(*)] FROM ({}) s",
+                        scan.order,
+                        scan.sql("id, created_at")
+                    );
+                    let row = client.query_one(&sql, &scan.params()).await?;
+                    let scanned: i64 = row.get(0);
+                    if scanned == scan_max {
+                        (row.get(1), Some(scan_max))
+                    } else {
+                        (None, None)
                     }
                 };
                 Ok(TransferLines {
@@ -942,25 +929,91 @@ impl ConsoleStore {
     }
 }
 
-/// How many transfers a page's scan read, and the oldest of them.
-async fn scan_end(
-    client: &deadpool_postgres::Object,
-    client_id: Option<Uuid>,
-    upper: Option<Uuid>,
-    lower: Option<Uuid>,
-    scan_max: i64,
-) -> Result<(i64, Option<Uuid>), StoreError> {
-    let row = client
-        .query_one(
-            "SELECT count(*), (array_agg(id ORDER BY id))[1] FROM (SELECT id FROM transfers
-                     WHERE ($1::uuid IS NULL OR client_id = $1)
-                       AND ($2::uuid IS NULL OR id < $2)
-                       AND ($3::uuid IS NULL OR id >= $3)
-                     ORDER BY id DESC LIMIT $4) s",
-            &[&client_id, &upper, &lower, &scan_max],
+/// The columns of a transfers page.
+const LINE_COLUMNS: &str =
+    "id, client_id, idempotency_key, status, amount, currency, provider_reference, created_at";
+
+/// The bounded index scan under a transfers page: only the conditions a
+/// filter has, so each is an index condition (a generic `$1 IS NULL OR
+/// ...` is not, and made a page on a million rows read most of them).
+struct Scan {
+    /// `WHERE` conditions on `$1..`.
+    conditions: Vec<String>,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+    /// The order the index gives.
+    order: &'static str,
+}
+
+impl Scan {
+    fn of(filter: &TransferFilter, before: Option<Uuid>, scan_max: i64) -> Self {
+        let mut scan = Self {
+            conditions: Vec::new(),
+            params: Vec::new(),
+            order: "id DESC",
+        };
+        match filter.client_id {
+            // A client's transfers in the order of their index (the one
+            // the API's list uses): by creation time, then id.
+            Some(client_id) => {
+                scan.order = "created_at DESC, id DESC";
+                scan.push("client_id = $", client_id);
+                if let Some(b) = before {
+                    scan.push(
+                        "(created_at, id) < (SELECT created_at, id FROM transfers WHERE id = $)",
+                        b,
+                    );
+                }
+                if let Some(to) = filter.to {
+                    scan.push("created_at < $", to);
+                }
+                if let Some(from) = filter.from {
+                    scan.push("created_at >= $", from);
+                }
+            }
+            // Across clients: transfer ids are UUID v7, in creation order
+            // to the millisecond, so the primary key serves time order and
+            // a time range is a range of ids.
+            None => {
+                let to = filter.to.map(|t| event_id_floor(t.into()));
+                if let Some(upper) = before.into_iter().chain(to).min() {
+                    scan.push("id < $", upper);
+                }
+                if let Some(from) = filter.from {
+                    scan.push("id >= $", event_id_floor(from.into()));
+                }
+            }
+        }
+        scan.params.push(Box::new(scan_max));
+        scan
+    }
+
+    /// Adds a condition whose `$` is the next parameter.
+    fn push<T: ToSql + Sync + Send + 'static>(&mut self, condition: &str, value: T) {
+        self.params.push(Box::new(value));
+        self.conditions
+            .push(condition.replace('$', &format!("${}", self.params.len())));
+    }
+
+    /// The scan's `SELECT` of `columns`, at most `scan_max` rows.
+    fn sql(&self, columns: &str) -> String {
+        let filter = if self.conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.conditions.join(" AND "))
+        };
+        format!(
+            "SELECT {columns} FROM transfers {filter} ORDER BY {} LIMIT ${}",
+            self.order,
+            self.params.len()
         )
-        .await?;
-    Ok((row.get(0), row.get(1)))
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
 }
 
 /// Writes one operator action to the audit, in the action's transaction.

@@ -113,6 +113,7 @@ async fn serve(args: &DevArgs, cluster: Option<&PgCluster>) -> anyhow::Result<()
         &sim.url(),
         // The sink listens on loopback.
         "--webhook-allow-private",
+        "--console",
     ])?;
     let app = Application::build(config).await?;
     let api_url = format!("http://127.0.0.1:{}", app.port());
@@ -266,7 +267,9 @@ fn print_welcome(
          \n  curl -i {base}/transfers \\\n    -H 'Authorization: Bearer {api_key}' \\\n    -H 'Content-Type: application/json' \\\n    -H 'Idempotency-Key: 5f1c2a4e-8b8e-4c55-9d1e-3f0a7c9b2d11' \\\n    -d '{{\"amount\": 1500, \"currency\": \"USD\", \"source_account\": \"acc_alice\", \"destination_account\": \"acc_bob\"}}'\n\
          \nA moment later the transfer succeeds at provider-sim and its signed webhook\n\
          (transfer.succeeded) is printed below. Events and their deliveries:\n\
-         \n  curl {base}/events -H 'Authorization: Bearer {api_key}'\n",
+         \n  curl {base}/events -H 'Authorization: Bearer {api_key}'\n\
+         \nThe operator console: {base}/console, with a token from\n\
+         \n  payrail operator create --name you\n",
         dir = data_dir.display()
     );
 }

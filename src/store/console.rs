@@ -1105,3 +1105,56 @@ fn audit_of(r: &tokio_postgres::Row) -> AuditLine {
         at: r.get(5),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scan_has_only_the_conditions_its_filter_has_numbered_in_order() {
+        let all = Scan::of(&TransferFilter::default(), None, 20_000);
+        assert_eq!(
+            all.sql("id"),
+            "SELECT id FROM transfers  ORDER BY id DESC LIMIT $1"
+        );
+        let cursor = Uuid::now_v7();
+        let client = Uuid::now_v7();
+        let mine = Scan::of(
+            &TransferFilter {
+                client_id: Some(client),
+                from: Some(Utc::now()),
+                ..TransferFilter::default()
+            },
+            Some(cursor),
+            50,
+        );
+        assert_eq!(
+            mine.sql("id"),
+            "SELECT id FROM transfers WHERE client_id = $1 AND (created_at, id) < \
+             (SELECT created_at, id FROM transfers WHERE id = $2) AND created_at >= $3 \
+             ORDER BY created_at DESC, id DESC LIMIT $4"
+        );
+        assert_eq!(mine.params.len(), 4);
+    }
+
+    #[test]
+    fn across_clients_a_time_range_is_a_range_of_ids_under_the_cursor() {
+        let to = Utc::now();
+        let older = event_id_floor((to - chrono::Duration::hours(1)).into());
+        // The cursor is older than the range's end: it is the bound.
+        let scan = Scan::of(
+            &TransferFilter {
+                to: Some(to),
+                from: Some(to - chrono::Duration::days(1)),
+                ..TransferFilter::default()
+            },
+            Some(older),
+            50,
+        );
+        assert_eq!(
+            scan.sql("id"),
+            "SELECT id FROM transfers WHERE id < $1 AND id >= $2 ORDER BY id DESC LIMIT $3"
+        );
+        assert_eq!(format!("{:?}", scan.params[0]), format!("{older:?}"));
+    }
+}

@@ -556,6 +556,18 @@ impl ConsoleStore {
                 )?;
                 let mut events: Vec<EventLine> = events.iter().map(event_of).collect();
                 attach_deliveries(&client, &mut events).await?;
+                let mut attempts: Vec<AttemptRecord> = attempts
+                    .iter()
+                    .map(|r| AttemptRecord {
+                        attempt: r.get(0),
+                        outcome: r.get(1),
+                        detail: r.get(2),
+                        at: r.get(3),
+                    })
+                    .collect();
+                if let Some(first) = first_call(&transfer, &attempts, &events) {
+                    attempts.insert(0, first);
+                }
                 Ok(Some(Timeline {
                     transfer,
                     key: key_row.map(|r| KeyRecord {
@@ -563,15 +575,7 @@ impl ConsoleStore {
                         expires_at: r.get(1),
                         response_status: r.get(2),
                     }),
-                    attempts: attempts
-                        .iter()
-                        .map(|r| AttemptRecord {
-                            attempt: r.get(0),
-                            outcome: r.get(1),
-                            detail: r.get(2),
-                            at: r.get(3),
-                        })
-                        .collect(),
+                    attempts,
                     outbox: outbox.map(|r| OutboxRecord {
                         attempts: r.get(0),
                         available_at: r.get(1),
@@ -927,6 +931,36 @@ impl ConsoleStore {
             })
             .await
     }
+}
+
+/// The first call of a transfer when it answered the final outcome, which
+/// the relay does not record (`store::outbox`): told by the status change
+/// it made, the transfer's first.
+fn first_call(
+    transfer: &Transfer,
+    attempts: &[AttemptRecord],
+    events: &[EventLine],
+) -> Option<AttemptRecord> {
+    if attempts.iter().any(|a| a.attempt == 1) {
+        return None;
+    }
+    // Any other first change (`processing`, or a report that came before
+    // the call's answer was written) leaves attempt 1 recorded.
+    let first = events.first()?;
+    let outcome = match first.kind.as_str() {
+        "transfer.succeeded" => "succeeded",
+        "transfer.failed" => "declined",
+        _ => return None,
+    };
+    Some(AttemptRecord {
+        attempt: 1,
+        outcome: outcome.to_owned(),
+        detail: match outcome {
+            "declined" => transfer.failure_reason.clone(),
+            _ => transfer.provider_reference.clone(),
+        },
+        at: first.created_at,
+    })
 }
 
 /// The columns of a transfers page.

@@ -195,6 +195,8 @@ async fn a_transfer_is_found_by_key_and_its_timeline_tells_its_story() {
     for expected in ["Provider attempts", "succeeded", "transfer.succeeded", &key] {
         assert!(timeline.contains(expected), "{expected} in the timeline");
     }
+    // Its one status change's event was found, without an index.
+    assert!(!timeline.contains("were not found"), "{timeline}");
     // The one call answered at once: the relay wrote no attempt row, and
     // the timeline tells it from the status change it made.
     let recorded: i64 = app

@@ -259,7 +259,7 @@ pub async fn transfer(
     let timeline = state
         .store
         .console()
-        .timeline(id)
+        .timeline(id, state.scan_rows_max)
         .await?
         .ok_or(ConsoleError::NotFound("transfer"))?;
     Ok(html(views::timeline(&op.0, &timeline)))
@@ -372,19 +372,23 @@ pub async fn events(
     state: State,
     q: web::Query<EventQuery>,
 ) -> Result<HttpResponse, ConsoleError> {
-    let transfer = parse_uuid(&q.transfer, "transfer")?;
+    if let Some(id) = parse_uuid(&q.transfer, "transfer")? {
+        // One transfer's events are on its timeline, with their redeliver
+        // buttons.
+        return Ok(see_other(&format!("/console/transfers/{id}#events")));
+    }
     let dead = given(&q.dead).is_some();
     let before = parse_uuid(&q.before, "before")?;
     let (events, next) = state
         .store
         .console()
-        .events(transfer, dead, before, state.page_rows_max)
+        .events(dead, before, state.page_rows_max)
         .await?;
     let next = next.map(|n| {
         link(
             "/console/events",
             &EventQuery {
-                transfer: q.transfer.clone(),
+                transfer: None,
                 dead: q.dead.clone(),
                 before: Some(n.to_string()),
                 redelivered: None,
@@ -394,14 +398,7 @@ pub async fn events(
     let note = q
         .redelivered
         .map(|n| format!("{n} deliveries are due again."));
-    Ok(html(views::events(
-        &op.0,
-        given(&q.transfer),
-        dead,
-        &events,
-        next,
-        note,
-    )))
+    Ok(html(views::events(&op.0, dead, &events, next, note)))
 }
 
 /// `POST /console/events/{id}/redeliver`

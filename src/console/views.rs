@@ -262,6 +262,9 @@ pub fn timeline(op: &OperatorSession, t: &Timeline) -> Markup {
         section #events {
             h2 { "Status changes and their webhook events" }
             (events_table(op, &t.events))
+            @if !t.events_complete {
+                p.note { "The transfer changed status " (tr.status_sequence) " times; the events of the others were not found: deleted after --event-retention, or made among more of its client's events than --console-scan-rows-max lets a page read." }
+            }
         }
         section #audit {
             h2 { "Operator actions" }
@@ -436,7 +439,6 @@ pub fn processing(
 /// Webhook events across clients.
 pub fn events(
     op: &OperatorSession,
-    transfer: Option<&str>,
     dead: bool,
     events: &[EventLine],
     next: Option<String>,
@@ -445,7 +447,7 @@ pub fn events(
     let body = html! {
         (flash(note))
         form.filters method="get" action="/console/events" {
-            label { "Transfer " input name="transfer" value=(transfer.unwrap_or("")); }
+            label { "Transfer " input name="transfer" placeholder="its timeline"; }
             label.check { input type="checkbox" name="dead" value="1" checked[dead]; " with a dead delivery" }
             button type="submit" { "Filter" }
             a href="/console/events" { "Clear" }

@@ -961,24 +961,41 @@ async fn transfer_events(
             "SELECT id, client_id, transfer_id, type, created_at FROM (
                  SELECT id, client_id, transfer_id, type, created_at FROM webhook_events
                  WHERE client_id = $1 AND id >= $2 ORDER BY id LIMIT $3) r
-             WHERE transfer_id = $4",
+             WHERE transfer_id = $4 LIMIT $5",
         ),
         client.prepare_cached(
             "SELECT id, client_id, transfer_id, type, created_at FROM (
                  SELECT id, client_id, transfer_id, type, created_at FROM webhook_events
                  WHERE client_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3) r
-             WHERE transfer_id = $4",
+             WHERE transfer_id = $4 LIMIT $5",
         ),
     );
     let (forward, back) = futures::try_join!(forward, back)?;
-    let after: [&(dyn ToSql + Sync); 4] = [&transfer.client_id.0, &from, &scan_max, &transfer.id];
-    let before: [&(dyn ToSql + Sync); 4] = [&transfer.client_id.0, &to, &scan_max, &transfer.id];
+    // Each scan stops once it found as many events as the transfer made.
+    let changes = i64::from(transfer.status_sequence);
+    if changes == 0 {
+        return Ok((Vec::new(), true));
+    }
+    let after: [&(dyn ToSql + Sync); 5] = [
+        &transfer.client_id.0,
+        &from,
+        &scan_max,
+        &transfer.id,
+        &changes,
+    ];
+    let before: [&(dyn ToSql + Sync); 5] = [
+        &transfer.client_id.0,
+        &to,
+        &scan_max,
+        &transfer.id,
+        &changes,
+    ];
     let (early, late) =
         futures::try_join!(client.query(&forward, &after), client.query(&back, &before),)?;
     let mut events: Vec<EventLine> = early.iter().chain(&late).map(event_of).collect();
     events.sort_by_key(|e| e.id);
     events.dedup_by_key(|e| e.id);
-    let complete = events.len() as i64 >= i64::from(transfer.status_sequence);
+    let complete = events.len() as i64 >= changes;
     Ok((events, complete))
 }
 

@@ -259,7 +259,7 @@ pub async fn transfer(
     let timeline = state
         .store
         .console()
-        .timeline(id, state.scan_rows_max)
+        .timeline(id)
         .await?
         .ok_or(ConsoleError::NotFound("transfer"))?;
     Ok(html(views::timeline(&op.0, &timeline)))

@@ -263,7 +263,7 @@ pub fn timeline(op: &OperatorSession, t: &Timeline) -> Markup {
             h2 { "Status changes and their webhook events" }
             (events_table(op, &t.events))
             @if !t.events_complete {
-                p.note { "The transfer changed status " (tr.status_sequence) " times; the events of the others were not found: deleted after --event-retention, or made among more of its client's events than --console-scan-rows-max lets a page read." }
+                p.note { "The transfer changed status " (tr.status_sequence) " times; the other changes' events were deleted after --event-retention." }
             }
         }
         section #audit {

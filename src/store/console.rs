@@ -210,8 +210,8 @@ pub struct Timeline {
     pub notifications: Vec<NotificationRecord>,
     /// Its events (one per status change) and their deliveries.
     pub events: Vec<EventLine>,
-    /// False when the search for its events stopped at its bound (see
-    /// [`transfer_events`]).
+    /// False when some status change's event is gone (deleted after
+    /// `--event-retention`).
     pub events_complete: bool,
     /// Operator actions on it.
     pub audit: Vec<AuditLine>,
@@ -508,8 +508,7 @@ impl ConsoleStore {
     }
 
     /// One transfer's whole story; `None` when no transfer has this id.
-    /// Its events are searched among at most `scan_max` of its client's.
-    pub async fn timeline(&self, id: Uuid, scan_max: i64) -> Result<Option<Timeline>, StoreError> {
+    pub async fn timeline(&self, id: Uuid) -> Result<Option<Timeline>, StoreError> {
         let Some(transfer) = self.0.transfer_by_id(id).await? else {
             return Ok(None);
         };
@@ -553,8 +552,7 @@ impl ConsoleStore {
                         &by_target,
                     ),
                 )?;
-                let (mut events, events_complete) =
-                    transfer_events(&client, &transfer, scan_max).await?;
+                let (mut events, events_complete) = transfer_events(&client, &transfer).await?;
                 attach_deliveries(&client, &mut events).await?;
                 let mut attempts: Vec<AttemptRecord> = attempts
                     .iter()
@@ -932,70 +930,26 @@ impl ConsoleStore {
     }
 }
 
-/// How far an event's id (made by an engine's clock) may be from the
-/// transfer's times (made by Postgres's and an engine's clocks).
-const CLOCK_SLACK: chrono::Duration = chrono::Duration::seconds(5);
-
-/// A transfer's events, found without an index of their own (one on
-/// `transfer_id` cost 17 % of end-to-end throughput). Each is made at a
-/// status change, and ids are UUID v7 (time-ordered), so they are found on
-/// the client's primary-key range: forward from the transfer's creation
-/// (the call's answer, `processing`, an early outcome) and back from its
-/// last change (its final status, or `returned`), each reading at most
-/// `scan_max` of the client's events. The transfer counts its changes
-/// (`status_sequence`), so the timeline knows when one was not found (made
-/// far from both ends for a busy client, or deleted after its retention):
-/// false then.
+/// A transfer's events, oldest first, and whether all its status changes'
+/// events were found (the transfer counts its changes; events are deleted
+/// after `--event-retention`).
 async fn transfer_events(
     client: &deadpool_postgres::Object,
     transfer: &Transfer,
-    scan_max: i64,
 ) -> Result<(Vec<EventLine>, bool), StoreError> {
-    let last = transfer
-        .returned_at
-        .map_or(transfer.updated_at, |r| r.max(transfer.updated_at));
-    let from = event_id_floor((transfer.created_at - CLOCK_SLACK).into());
-    let to = event_id_floor((last + CLOCK_SLACK).into());
-    let (forward, back) = (
-        client.prepare_cached(
-            "SELECT id, client_id, transfer_id, type, created_at FROM (
-                 SELECT id, client_id, transfer_id, type, created_at FROM webhook_events
-                 WHERE client_id = $1 AND id >= $2 ORDER BY id LIMIT $3) r
-             WHERE transfer_id = $4 LIMIT $5",
-        ),
-        client.prepare_cached(
-            "SELECT id, client_id, transfer_id, type, created_at FROM (
-                 SELECT id, client_id, transfer_id, type, created_at FROM webhook_events
-                 WHERE client_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3) r
-             WHERE transfer_id = $4 LIMIT $5",
-        ),
-    );
-    let (forward, back) = futures::try_join!(forward, back)?;
-    // Each scan stops once it found as many events as the transfer made.
-    let changes = i64::from(transfer.status_sequence);
-    if changes == 0 {
-        return Ok((Vec::new(), true));
-    }
-    let after: [&(dyn ToSql + Sync); 5] = [
-        &transfer.client_id.0,
-        &from,
-        &scan_max,
-        &transfer.id,
-        &changes,
-    ];
-    let before: [&(dyn ToSql + Sync); 5] = [
-        &transfer.client_id.0,
-        &to,
-        &scan_max,
-        &transfer.id,
-        &changes,
-    ];
-    let (early, late) =
-        futures::try_join!(client.query(&forward, &after), client.query(&back, &before),)?;
-    let mut events: Vec<EventLine> = early.iter().chain(&late).map(event_of).collect();
-    events.sort_by_key(|e| e.id);
-    events.dedup_by_key(|e| e.id);
-    let complete = events.len() as i64 >= changes;
+    let stmt = client
+        .prepare_cached(
+            "SELECT id, client_id, transfer_id, type, created_at FROM webhook_events \
+             WHERE transfer_id = $1 ORDER BY id",
+        )
+        .await?;
+    let events: Vec<EventLine> = client
+        .query(&stmt, &[&transfer.id])
+        .await?
+        .iter()
+        .map(event_of)
+        .collect();
+    let complete = events.len() as i64 >= i64::from(transfer.status_sequence);
     Ok((events, complete))
 }
 

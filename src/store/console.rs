@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use super::webhooks::{DELIVERIES, WEBHOOK_CHANNEL};
+use super::webhooks::{
+    deliveries_of, requeue_deliveries, DeliveryRecord, DELIVERIES, WEBHOOK_CHANNEL,
+};
 use super::{Store, StoreError};
 use crate::domain::webhook::event_id_floor;
 use crate::domain::{ConsoleSecret, ConsoleSecretHash, Transfer, TransferStatus};
@@ -142,23 +144,6 @@ pub struct NotificationRecord {
     pub received_at: DateTime<Utc>,
 }
 
-/// One delivery of an event to one endpoint.
-#[derive(Debug, Clone)]
-pub struct DeliveryLine {
-    /// The endpoint.
-    pub endpoint_id: Uuid,
-    /// Attempts so far.
-    pub attempts: i32,
-    /// The receiver's last status.
-    pub last_status: Option<i32>,
-    /// The last failure.
-    pub last_error: Option<String>,
-    /// When it was accepted.
-    pub delivered_at: Option<DateTime<Utc>>,
-    /// When it was given up.
-    pub dead_at: Option<DateTime<Utc>>,
-}
-
 /// A webhook event and its deliveries.
 #[derive(Debug, Clone)]
 pub struct EventLine {
@@ -173,7 +158,7 @@ pub struct EventLine {
     /// When it was made (the status change's time).
     pub created_at: DateTime<Utc>,
     /// Its deliveries, by endpoint.
-    pub deliveries: Vec<DeliveryLine>,
+    pub deliveries: Vec<DeliveryRecord>,
 }
 
 /// An operator action as the audit keeps it.
@@ -667,33 +652,13 @@ impl ConsoleStore {
             (None, Some(e)) => format!("dead rows with last error containing {e:?}"),
             (None, None) => "all dead rows".to_owned(),
         };
-        let set = super::outbox::OUTBOX.requeue_set();
         let operator = operator.clone();
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                let n = tx
-                    .execute(
-                        &format!(
-                            "UPDATE outbox q SET {set}, locked_until = NULL WHERE transfer_id IN (
-                                SELECT transfer_id FROM outbox
-                                WHERE dead_at IS NOT NULL
-                                  AND ($1::uuid IS NULL OR transfer_id = $1)
-                                  AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
-                                ORDER BY dead_at LIMIT $3 FOR UPDATE)"
-                        ),
-                        &[&transfer_id, &error, &rows_max],
-                    )
+                let n = super::outbox::requeue_dead(&tx, transfer_id, error.as_deref(), rows_max)
                     .await?;
-                assert!(n <= rows_max as u64, "a bulk retry stays within its limit");
                 audit(&tx, &operator, "outbox.retry", &target, n).await?;
-                if n > 0 {
-                    tx.execute(
-                        "SELECT pg_notify($1, '')",
-                        &[&super::outbox::OUTBOX_CHANNEL],
-                    )
-                    .await?;
-                }
                 tx.commit().await?;
                 Ok(n)
             })
@@ -754,7 +719,6 @@ impl ConsoleStore {
         event_id: Uuid,
     ) -> Result<Option<u64>, StoreError> {
         let operator = operator.clone();
-        let set = DELIVERIES.requeue_set();
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
@@ -768,21 +732,8 @@ impl ConsoleStore {
                 if found.is_none() {
                     return Ok(None);
                 }
-                let n = tx
-                    .execute(
-                        &format!(
-                            "UPDATE webhook_deliveries q SET {set} FROM webhook_endpoints ep \
-                             WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
-                               AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL"
-                        ),
-                        &[&event_id],
-                    )
-                    .await?;
+                let n = requeue_deliveries(&tx, event_id).await?;
                 audit(&tx, &operator, "event.redeliver", &event_id.to_string(), n).await?;
-                if n > 0 {
-                    tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
-                        .await?;
-                }
                 tx.commit().await?;
                 Ok(Some(n))
             })
@@ -805,16 +756,28 @@ impl ConsoleStore {
                         &[&limit],
                     )
                     .await?;
-                Ok(rows
-                    .iter()
-                    .map(|r| EndpointLine {
-                        id: r.get(0),
-                        client_id: r.get(1),
-                        url: r.get(2),
-                        disabled_at: r.get(3),
-                        dead: r.get(4),
-                    })
-                    .collect())
+                Ok(rows.iter().map(endpoint_of).collect())
+            })
+            .await
+    }
+
+    /// One endpoint, when it needs an operator (disabled, or with dead
+    /// deliveries).
+    pub async fn endpoint(&self, id: Uuid) -> Result<Option<EndpointLine>, StoreError> {
+        self.0
+            .with_client(|client| async move {
+                let row = client
+                    .query_opt(
+                        "SELECT * FROM (
+                             SELECT ep.id, ep.client_id, ep.url, ep.disabled_at,
+                                    (SELECT count(*) FROM webhook_deliveries d
+                                     WHERE d.endpoint_id = ep.id AND d.dead_at IS NOT NULL) AS dead
+                             FROM webhook_endpoints ep WHERE ep.id = $1 AND ep.deleted_at IS NULL) e
+                         WHERE e.disabled_at IS NOT NULL OR e.dead > 0",
+                        &[&id],
+                    )
+                    .await?;
+                Ok(row.as_ref().map(endpoint_of))
             })
             .await
     }
@@ -1098,28 +1061,10 @@ async fn attach_deliveries(
     client: &deadpool_postgres::Object,
     events: &mut [EventLine],
 ) -> Result<(), StoreError> {
-    if events.is_empty() {
-        return Ok(());
-    }
     let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
-    let rows = client
-        .query(
-            "SELECT event_id, endpoint_id, attempts, last_status, last_error, delivered_at, dead_at \
-             FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY endpoint_id",
-            &[&ids],
-        )
-        .await?;
-    for r in &rows {
-        let event_id: Uuid = r.get(0);
+    for (event_id, delivery) in deliveries_of(client, &ids).await? {
         if let Some(event) = events.iter_mut().find(|e| e.id == event_id) {
-            event.deliveries.push(DeliveryLine {
-                endpoint_id: r.get(1),
-                attempts: r.get(2),
-                last_status: r.get(3),
-                last_error: r.get(4),
-                delivered_at: r.get(5),
-                dead_at: r.get(6),
-            });
+            event.deliveries.push(delivery);
         }
     }
     Ok(())
@@ -1135,6 +1080,16 @@ fn line_of(r: &tokio_postgres::Row) -> TransferLine {
         currency: r.get("currency"),
         provider_reference: r.get("provider_reference"),
         created_at: r.get("created_at"),
+    }
+}
+
+fn endpoint_of(r: &tokio_postgres::Row) -> EndpointLine {
+    EndpointLine {
+        id: r.get(0),
+        client_id: r.get(1),
+        url: r.get(2),
+        disabled_at: r.get(3),
+        dead: r.get(4),
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -177,6 +178,39 @@ WITH i AS (
     RETURNING t.*
 )
 SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
+
+/// Puts dead rows back in line with a fresh attempt budget: one
+/// transfer's, or every one whose last error contains `error` (all when
+/// both are `None`), at most `rows_max`, oldest dead first; and wakes the
+/// relays (on commit, in a transaction). The claim counter, the fencing
+/// token, is not lowered: a new budget starts from where it stands.
+/// Returns how many rows are due again.
+pub(super) async fn requeue_dead(
+    client: &impl GenericClient,
+    transfer_id: Option<Uuid>,
+    error: Option<&str>,
+    rows_max: i64,
+) -> Result<u64, StoreError> {
+    let n = client
+        .execute(
+            &format!(
+                "UPDATE outbox q SET {}, locked_until = NULL WHERE transfer_id IN (
+                    SELECT transfer_id FROM outbox
+                    WHERE dead_at IS NOT NULL
+                      AND ($1::uuid IS NULL OR transfer_id = $1)
+                      AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
+                    ORDER BY dead_at LIMIT $3 FOR UPDATE)",
+                OUTBOX.requeue_set()
+            ),
+            &[&transfer_id, &error, &rows_max],
+        )
+        .await?;
+    assert!(n <= rows_max as u64, "a requeue stays within its limit");
+    if n > 0 {
+        client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
+    }
+    Ok(n)
+}
 
 /// Records the calls of a batch and how they ended, for the console's
 /// timeline; a fenced-out holder's call happened too and is kept. A first
@@ -434,20 +468,7 @@ impl OutboxStore {
     pub async fn retry(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
         self.0
             .with_client(|client| async move {
-                let n = client
-                    .execute(
-                        &format!(
-                            "UPDATE outbox q SET {}, locked_until = NULL \
-                         WHERE transfer_id = $1 AND dead_at IS NOT NULL",
-                            OUTBOX.requeue_set()
-                        ),
-                        &[&transfer_id],
-                    )
-                    .await?;
-                if n == 1 {
-                    client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
-                }
-                Ok(n == 1)
+                Ok(requeue_dead(&client, Some(transfer_id), None, 1).await? == 1)
             })
             .await
     }

@@ -2,6 +2,7 @@
 //! delivery per endpoint its client had then.
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::deliveries::{DELIVERIES, WEBHOOK_CHANNEL};
@@ -170,6 +171,68 @@ pub(in crate::store) async fn insert_events(
     Ok(deliveries)
 }
 
+/// The deliveries of `events`, each with its event's id, by endpoint.
+pub(in crate::store) async fn deliveries_of(
+    conn: &impl GenericClient,
+    events: &[Uuid],
+) -> Result<Vec<(Uuid, DeliveryRecord)>, StoreError> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = conn
+        .query(
+            "SELECT event_id, endpoint_id, attempts, last_status, last_error, \
+             CASE WHEN delivered_at IS NULL AND dead_at IS NULL THEN next_attempt_at END, \
+             delivered_at, dead_at \
+             FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY endpoint_id",
+            &[&events],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            (
+                row.get(0),
+                DeliveryRecord {
+                    endpoint_id: row.get(1),
+                    attempts: row.get(2),
+                    last_status: row.get(3),
+                    last_error: row.get(4),
+                    next_attempt_at: row.get(5),
+                    delivered_at: row.get(6),
+                    dead_at: row.get(7),
+                },
+            )
+        })
+        .collect())
+}
+
+/// Makes an event's undelivered deliveries to live endpoints due now, each
+/// with a fresh schedule, in the caller's transaction (which holds the
+/// event), and wakes the delivery workers on commit; how many are due.
+pub(in crate::store) async fn requeue_deliveries(
+    tx: &deadpool_postgres::Transaction<'_>,
+    event_id: Uuid,
+) -> Result<u64, StoreError> {
+    let n = tx
+        .execute(
+            &format!(
+                "UPDATE webhook_deliveries q SET {} \
+                 FROM webhook_endpoints ep \
+                 WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
+                   AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
+                DELIVERIES.requeue_set()
+            ),
+            &[&event_id],
+        )
+        .await?;
+    if n > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+            .await?;
+    }
+    Ok(n)
+}
+
 impl EventStore {
     /// A page of a client's events, newest first. `None` when the cursor
     /// names no event of this client.
@@ -226,27 +289,9 @@ impl EventStore {
                 });
             }
             let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
-            let deliveries = conn
-                .query(
-                    "SELECT event_id, endpoint_id, attempts, last_status, last_error, \
-                     CASE WHEN delivered_at IS NULL AND dead_at IS NULL THEN next_attempt_at END, \
-                     delivered_at, dead_at \
-                     FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY endpoint_id",
-                    &[&ids],
-                )
-                .await?;
-            for row in &deliveries {
-                let event_id: Uuid = row.get(0);
+            for (event_id, delivery) in deliveries_of(&conn, &ids).await? {
                 if let Some(event) = events.iter_mut().find(|e| e.id == event_id) {
-                    event.deliveries.push(DeliveryRecord {
-                        endpoint_id: row.get(1),
-                        attempts: row.get(2),
-                        last_status: row.get(3),
-                        last_error: row.get(4),
-                        next_attempt_at: row.get(5),
-                        delivered_at: row.get(6),
-                        dead_at: row.get(7),
-                    });
+                    event.deliveries.push(delivery);
                 }
             }
             Ok(Some(EventPage { events, has_more }))
@@ -262,39 +307,25 @@ impl EventStore {
         client: ClientId,
         event_id: Uuid,
     ) -> Result<Option<u64>, StoreError> {
-        self.0.with_client(|mut conn| async move {
-            let tx = conn.transaction().await?;
-            // FOR SHARE: the reaper skips an event held here, and an event
-            // it has just deleted is not found (404) rather than revived.
-            let found = tx
-                .query_opt(
-                    "SELECT 1 FROM webhook_events WHERE client_id = $1 AND id = $2 FOR SHARE",
-                    &[&client.0, &event_id],
-                )
-                .await?;
-            if found.is_none() {
-                return Ok(None);
-            }
-            let n = tx
-                .execute(
-                    &format!(
-                        "UPDATE webhook_deliveries q SET {} \
-                         FROM webhook_endpoints ep \
-                         WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
-                           AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
-                        DELIVERIES.requeue_set()
-                    ),
-                    &[&event_id],
-                )
-                .await?;
-            if n > 0 {
-                tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+        self.0
+            .with_client(|mut conn| async move {
+                let tx = conn.transaction().await?;
+                // FOR SHARE: the reaper skips an event held here, and an event
+                // it has just deleted is not found (404) rather than revived.
+                let found = tx
+                    .query_opt(
+                        "SELECT 1 FROM webhook_events WHERE client_id = $1 AND id = $2 FOR SHARE",
+                        &[&client.0, &event_id],
+                    )
                     .await?;
-            }
-            tx.commit().await?;
-            Ok(Some(n))
-        })
-        .await
+                if found.is_none() {
+                    return Ok(None);
+                }
+                let n = requeue_deliveries(&tx, event_id).await?;
+                tx.commit().await?;
+                Ok(Some(n))
+            })
+            .await
     }
 
     /// Deletes up to `batch` events made before `before` whose deliveries

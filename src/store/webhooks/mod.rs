@@ -12,5 +12,5 @@ pub use deliveries::{
     WEBHOOK_CHANNEL,
 };
 pub use endpoints::{Endpoint, EndpointRefused, EndpointStore};
-pub(in crate::store) use events::insert_events;
+pub(in crate::store) use events::{deliveries_of, insert_events, requeue_deliveries};
 pub use events::{DeliveryRecord, DeliveryState, EventFilter, EventPage, EventRecord, EventStore};

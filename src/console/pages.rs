@@ -219,8 +219,10 @@ pub async fn transfers(
         link(
             "/console/transfers",
             &TransferQuery {
+                id: None,
+                key: None,
                 before: Some(n.to_string()),
-                ..q.clone_filters()
+                ..q.clone()
             },
         )
     });
@@ -231,21 +233,6 @@ pub async fn transfers(
         next,
         page.scan_exhausted,
     )))
-}
-
-impl TransferQuery {
-    fn clone_filters(&self) -> Self {
-        Self {
-            status: self.status.clone(),
-            client: self.client.clone(),
-            id: None,
-            key: None,
-            reference: self.reference.clone(),
-            from: self.from.clone(),
-            to: self.to.clone(),
-            before: None,
-        }
-    }
 }
 
 /// `GET /console/transfers/{id}`: the timeline.
@@ -448,14 +435,15 @@ pub async fn revive_confirm(
 ) -> Result<HttpResponse, ConsoleError> {
     let id = parse_uuid(&Some(path.into_inner()), "endpoint")?
         .ok_or(ConsoleError::NotFound("endpoint"))?;
-    let lines = state.store.console().endpoints(state.page_rows_max).await?;
-    let line = lines
-        .iter()
-        .find(|e| e.id == id)
+    let line = state
+        .store
+        .console()
+        .endpoint(id)
+        .await?
         .ok_or(ConsoleError::NotFound("endpoint needing an operator"))?;
     Ok(html(views::revive_confirm(
         &op.0,
-        line,
+        &line,
         state.bulk_rows_max,
     )))
 }

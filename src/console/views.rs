@@ -117,7 +117,7 @@ fn flash(message: Option<String>) -> Markup {
 }
 
 /// The values a filter form shows again.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct TransferQuery {
     pub status: Option<String>,
     pub client: Option<String>,

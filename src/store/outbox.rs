@@ -239,7 +239,7 @@ impl OutboxStore {
     pub async fn claim(&self, limit: i64, lease: Duration) -> Result<Vec<ClaimedRow>, StoreError> {
         self.0
             .with_client(|client| async move {
-                let rows = queue::claim(&client, &CLAIM, limit, lease, &[]).await?;
+                let rows = queue::claim(&client, &CLAIM, limit, lease).await?;
                 Ok(rows
                     .iter()
                     .map(|r| {

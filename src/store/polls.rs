@@ -111,7 +111,7 @@ impl PollStore {
     pub async fn claim(&self, limit: i64, lease: Duration) -> Result<Vec<PollRow>, StoreError> {
         self.0
             .with_client(|client| async move {
-                let rows = queue::claim(&client, &CLAIM, limit, lease, &[]).await?;
+                let rows = queue::claim(&client, &CLAIM, limit, lease).await?;
                 Ok(rows
                     .iter()
                     .map(|r| {

@@ -81,10 +81,10 @@ impl QueueTable {
         )
     }
 
-    /// `$1` limit, `$2` lease in seconds, then one share per `fair_by`
-    /// column. A fair claim locks, then updates, its rows by `ctid`: locked
-    /// in this statement, a row keeps it until this statement's own update,
-    /// and a TID scan is the plan whatever the table's statistics say.
+    /// `$1` limit, `$2` lease in seconds; a fair queue's claim takes, as
+    /// `$3`, the `ctid`s its [`pick_sql`](Self::pick_sql) chose. A fair
+    /// claim locks, then updates, its rows by `ctid`: locked in this
+    /// statement, a row keeps it until this statement's own update.
     pub fn claim_sql(&self) -> String {
         let t = self.table;
         let due_col = self.due;
@@ -100,76 +100,22 @@ impl QueueTable {
                 claimable = self.claimable(),
             )
         } else {
-            // For each fair column i (its share is parameter 3 + i): what
-            // each group holds now (`busy_i`); the rows of groups that hold
-            // their share are skipped by the scan (a filter on the due
-            // index's ordered scan, which stops at the limit); among the
-            // oldest due others, each group gets at most what is left of
-            // its share. Window functions cannot share a query level with
-            // FOR UPDATE, so the lock comes last, by the rows' `ctid` (a
-            // TID scan, whatever the planner thinks of the table: a join
-            // back on the key was planned as a scan of the whole endpoint
-            // while the statistics were young), and re-checks the lease;
-            // a row changed meanwhile has a new `ctid` and is left alone.
-            let share = |i: usize| format!("${}::int8", i + 3);
-            let busy: Vec<String> = self
-                .fair_by
-                .iter()
-                .enumerate()
-                .map(|(i, g)| {
-                    format!(
-                        "busy_{i} AS (
-    SELECT {g} AS grp, count(*) AS n FROM {t} WHERE locked_until > now() GROUP BY {g}
-)"
-                    )
-                })
-                .collect();
-            let groups: String = self
-                .fair_by
-                .iter()
-                .enumerate()
-                .map(|(i, g)| format!(", q.{g} AS grp_{i}"))
-                .collect();
-            let not_full: String = self
-                .fair_by
-                .iter()
-                .enumerate()
-                .map(|(i, g)| {
-                    format!(
-                        "\n      AND q.{g} <> ALL (ARRAY(SELECT grp FROM busy_{i} WHERE n >= {}))",
-                        share(i)
-                    )
-                })
-                .collect();
-            let nths: String = (0..self.fair_by.len())
-                .map(|i| {
-                    format!(
-                        ",\n           row_number() OVER (PARTITION BY c.grp_{i} ORDER BY c.due_at) + COALESCE(b_{i}.n, 0) AS nth_{i}"
-                    )
-                })
-                .collect();
-            let joins: String = (0..self.fair_by.len())
-                .map(|i| format!("\n    LEFT JOIN busy_{i} b_{i} ON b_{i}.grp = c.grp_{i}"))
-                .collect();
-            let within: String = (0..self.fair_by.len())
-                .map(|i| format!("f.nth_{i} <= {} AND ", share(i)))
-                .collect();
+            // The rows [`QueueTable::pick_sql`] chose, by `ctid` (`$3`),
+            // and nothing else in the WHERE clause: a TID scan is then the
+            // plan whatever the planner thinks of the table (with the
+            // claimable test there too, young statistics made it walk the
+            // whole due index instead: 5-30 ms against 0.1). Whether a row
+            // is still claimable is read from the row as locked; a row
+            // changed since the pick has a new `ctid` and is skipped.
             format!(
-                "{busy}, cand AS (
-    SELECT q.ctid AS row_ctid{groups}, q.{due_col} AS due_at FROM {t} q
-    WHERE {claimable}{not_full}
-    ORDER BY q.{due_col} LIMIT $1::int8 * 4
-), fair AS (
-    SELECT c.*{nths}
-    FROM cand c{joins}
-), due AS (
-    SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
-    WHERE q.ctid = ANY (ARRAY(SELECT row_ctid FROM fair f WHERE {within}true))
-      AND {claimable}
-    ORDER BY q.{due_col} LIMIT $1
+                "due AS (
+    SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed,
+           {claimable} AS claimable
+    FROM {t} q
+    WHERE q.ctid = ANY ($3::text[]::tid[])
+    LIMIT $1
     FOR UPDATE OF q SKIP LOCKED
 )",
-                busy = busy.join(", "),
                 claimable = self.claimable(),
             )
         };
@@ -188,10 +134,93 @@ impl QueueTable {
             dmatch = if self.fair_by.is_empty() {
                 self.key_match("q", "due")
             } else {
-                "q.ctid = due.row_ctid".to_owned()
+                "q.ctid = due.row_ctid AND due.claimable".to_owned()
             },
             qkeys = self.keys("q"),
             payload = self.payload,
+        )
+    }
+
+    /// A fair queue's pick, read only: the `ctid`s (as text) of up to `$1`
+    /// rows to claim, oldest due first, with each fair column `i`'s share
+    /// in parameter `2 + i`. What each group holds now is read once; the
+    /// rows of groups that hold their share are skipped by the scan (a
+    /// filter on the due index's ordered scan, which stops at its limit);
+    /// among the oldest due others, each group gets at most what is left
+    /// of its share. [`claim_sql`](Self::claim_sql) then locks and leases
+    /// what is still claimable of them. Two statements, because in one the
+    /// planner, misled by a queue table's young statistics, turned the
+    /// lock by `ctid` into a walk of a whole index (6-14 ms a claim at
+    /// 18 000 due rows, which bounded deliveries to one endpoint at about
+    /// 1 000 a second).
+    pub fn pick_sql(&self) -> String {
+        assert!(!self.fair_by.is_empty(), "only a fair queue picks");
+        let t = self.table;
+        let due_col = self.due;
+        let share = |i: usize| format!("${}::int8", i + 2);
+        // `IS NOT NULL` spelled out, so that the planner can take the
+        // partial index of held rows.
+        let held = format!(
+            "held AS MATERIALIZED (
+    SELECT {cols} FROM {t} WHERE locked_until IS NOT NULL AND locked_until > now()
+)",
+            cols = self.fair_by.join(", ")
+        );
+        let busy: String = self
+            .fair_by
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                format!(", busy_{i} AS (SELECT {g} AS grp, count(*) AS n FROM held GROUP BY {g})")
+            })
+            .collect();
+        let groups: String = self
+            .fair_by
+            .iter()
+            .enumerate()
+            .map(|(i, g)| format!(", q.{g} AS grp_{i}"))
+            .collect();
+        let not_full: String = self
+            .fair_by
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                // As a CASE, which the planner estimates as half of the
+                // rows: `q.{g} <> ALL (...)` it estimated from the column's
+                // statistics, and with one busy endpoint (one distinct
+                // value) as no row at all, and then sorted every due row
+                // instead of walking the due index to the limit.
+                format!(
+                    "\n      AND CASE WHEN q.{g} = ANY (ARRAY(SELECT grp FROM busy_{i} WHERE n >= {})) \
+                     THEN false ELSE true END",
+                    share(i)
+                )
+            })
+            .collect();
+        let nths: String = (0..self.fair_by.len())
+            .map(|i| {
+                format!(
+                    ",\n           row_number() OVER (PARTITION BY c.grp_{i} ORDER BY c.due_at) + COALESCE(b_{i}.n, 0) AS nth_{i}"
+                )
+            })
+            .collect();
+        let joins: String = (0..self.fair_by.len())
+            .map(|i| format!("\n    LEFT JOIN busy_{i} b_{i} ON b_{i}.grp = c.grp_{i}"))
+            .collect();
+        let within: String = (0..self.fair_by.len())
+            .map(|i| format!("f.nth_{i} <= {} AND ", share(i)))
+            .collect();
+        format!(
+            "WITH {held}{busy}, cand AS (
+    SELECT q.ctid AS row_ctid{groups}, q.{due_col} AS due_at FROM {t} q
+    WHERE {claimable}{not_full}
+    ORDER BY q.{due_col} LIMIT $1::int8 * 4
+), fair AS (
+    SELECT c.*{nths}
+    FROM cand c{joins}
+)
+SELECT f.row_ctid::text FROM fair f WHERE {within}true ORDER BY f.due_at LIMIT $1",
+            claimable = self.claimable(),
         )
     }
 
@@ -304,10 +333,32 @@ impl Claim {
 }
 
 /// Claims up to `limit` rows for `lease` with a statement built by
-/// [`QueueTable::claim_sql`]; `shares` holds, per fair column, what one
-/// group may hold at once.
+/// [`QueueTable::claim_sql`] of a queue that is not fair.
 pub(super) async fn claim<C: GenericClient>(
     client: &C,
+    sql: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    assert!(limit > 0, "a claim asks for at least one row");
+    assert!(!lease.is_zero(), "a lease lasts");
+    let stmt = client.prepare_cached(sql).await?;
+    let rows = client.query(&stmt, &[&limit, &lease.as_secs_f64()]).await?;
+    assert!(
+        rows.len() as i64 <= limit,
+        "a claim never returns more than its limit"
+    );
+    Ok(rows)
+}
+
+/// A fair queue's claim: picks up to `limit` rows with `pick` (built by
+/// [`QueueTable::pick_sql`]), `shares` holding per fair column what one
+/// group may hold at once, then claims what is still claimable of them
+/// with `sql` ([`QueueTable::claim_sql`]). Two concurrent claimers may pick
+/// the same rows; SKIP LOCKED and the lease check give each row to one.
+pub(super) async fn claim_fairly<C: GenericClient>(
+    client: &C,
+    pick: &str,
     sql: &str,
     limit: i64,
     lease: Duration,
@@ -315,15 +366,30 @@ pub(super) async fn claim<C: GenericClient>(
 ) -> Result<Vec<Row>, tokio_postgres::Error> {
     assert!(limit > 0, "a claim asks for at least one row");
     assert!(!lease.is_zero(), "a lease lasts");
-    assert!(shares.iter().all(|s| *s > 0), "every group may hold a row");
-    let stmt = client.prepare_cached(sql).await?;
-    let lease = lease.as_secs_f64();
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit, &lease];
-    params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
-    let rows = client.query(&stmt, &params).await?;
     assert!(
-        rows.len() as i64 <= limit,
-        "a claim never returns more than its limit"
+        !shares.is_empty() && shares.iter().all(|s| *s > 0),
+        "every group may hold a row"
+    );
+    let stmt = client.prepare_cached(pick).await?;
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit];
+    params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+    let picked: Vec<String> = client
+        .query(&stmt, &params)
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(picked.len() as i64 <= limit, "a pick keeps to its limit");
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = client.prepare_cached(sql).await?;
+    let rows = client
+        .query(&stmt, &[&limit, &lease.as_secs_f64(), &picked])
+        .await?;
+    assert!(
+        rows.len() <= picked.len(),
+        "a fair claim takes only rows it picked"
     );
     Ok(rows)
 }
@@ -407,10 +473,18 @@ mod tests {
             );
             assert!(reschedule.contains("locked_until = NULL"), "{reschedule}");
         }
-        // Only the fair queue counts what each group holds.
+        // Only the fair queue counts what each group holds, in its pick,
+        // reading the held rows once for both shares; its claim takes the
+        // picked rows by ctid.
         assert!(!OUTBOX.claim_sql().contains("busy"));
-        assert!(DELIVERIES.claim_sql().contains("PARTITION BY c.grp_0"));
-        assert!(DELIVERIES.claim_sql().contains("PARTITION BY c.grp_1"));
+        let pick = DELIVERIES.pick_sql();
+        assert!(pick.contains("PARTITION BY c.grp_0"), "{pick}");
+        assert!(pick.contains("PARTITION BY c.grp_1"), "{pick}");
+        assert_eq!(pick.matches("WHERE locked_until IS NOT NULL").count(), 1);
+        assert!(!pick.contains("FOR UPDATE"), "a pick locks nothing");
+        assert!(DELIVERIES
+            .claim_sql()
+            .contains("q.ctid = ANY ($3::text[]::tid[])"));
         // The outbox records a takeover as ambiguity.
         assert!(OUTBOX
             .claim_sql()

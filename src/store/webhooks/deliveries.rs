@@ -99,6 +99,7 @@ JOIN webhook_endpoints ep ON ep.id = c.endpoint_id",
     reschedule_extra: ("status", "int4", "last_status = i.status"),
 };
 
+static PICK: LazyLock<String> = LazyLock::new(|| DELIVERIES.pick_sql());
 static CLAIM: LazyLock<String> = LazyLock::new(|| DELIVERIES.claim_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| DELIVERIES.reschedule_sql());
 static RELEASE: LazyLock<String> = LazyLock::new(|| DELIVERIES.release_sql());
@@ -146,7 +147,7 @@ impl DeliveryStore {
         self.0
             .with_client(|conn| async move {
                 let shares = [endpoint_max, client_max];
-                let rows = queue::claim(&conn, &CLAIM, limit, lease, &shares).await?;
+                let rows = queue::claim_fairly(&conn, &PICK, &CLAIM, limit, lease, &shares).await?;
                 rows.iter()
                     .map(|r| {
                         let claim = Claim::of(r);

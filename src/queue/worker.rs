@@ -201,6 +201,8 @@ pub struct Worker<W: Work> {
     claiming: bool,
     /// Rows are probably due in Postgres: claim as soon as there is room.
     more_due: bool,
+    /// The last claim came back with fewer rows than it had room for.
+    last_claim_short: bool,
     /// Outcomes waiting for the next settlement batch.
     outcomes: Vec<(Held<W::Row>, W::Outcome)>,
     settling: bool,
@@ -233,6 +235,7 @@ impl<W: Work> Worker<W> {
             in_flight: 0,
             claiming: false,
             more_due: true,
+            last_claim_short: false,
             outcomes: Vec::new(),
             settling: false,
             wake_at: None,
@@ -273,6 +276,7 @@ impl<W: Work> Worker<W> {
                     if rows.len() == room {
                         w.more_due = true;
                     }
+                    w.last_claim_short = rows.len() < room;
                     w.pending.extend(rows.into_iter().map(|row| Held {
                         row,
                         claimed_at,
@@ -530,6 +534,15 @@ impl<W: Work> Handler<Wake> for Worker<W> {
     type Result = ();
 
     fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        // A queue that claims after every settlement, whose last claim came
+        // back short while work is in flight, is probably held to its
+        // groups' shares: its next settlement claims again, the poll in any
+        // case. A claim per notification (one per settlement of the relay)
+        // would walk the due backlog of a full endpoint each time, to find
+        // nothing.
+        if W::CLAIM_AFTER_SETTLING && self.last_claim_short && self.in_flight > 0 {
+            return;
+        }
         self.claim(ctx);
     }
 }

@@ -722,17 +722,9 @@ impl ConsoleStore {
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                // FOR SHARE: the reaper skips an event held here.
-                let found = tx
-                    .query_opt(
-                        "SELECT 1 FROM webhook_events WHERE id = $1 FOR SHARE",
-                        &[&event_id],
-                    )
-                    .await?;
-                if found.is_none() {
+                let Some(n) = requeue_deliveries(&tx, None, event_id).await? else {
                     return Ok(None);
-                }
-                let n = requeue_deliveries(&tx, event_id).await?;
+                };
                 audit(&tx, &operator, "event.redeliver", &event_id.to_string(), n).await?;
                 tx.commit().await?;
                 Ok(Some(n))

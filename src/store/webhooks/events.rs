@@ -208,12 +208,26 @@ pub(in crate::store) async fn deliveries_of(
 }
 
 /// Makes an event's undelivered deliveries to live endpoints due now, each
-/// with a fresh schedule, in the caller's transaction (which holds the
-/// event), and wakes the delivery workers on commit; how many are due.
+/// with a fresh schedule, in the caller's transaction, and wakes the
+/// delivery workers on commit; how many are due. `None` when no event has
+/// this id (of this client, when `client` is given).
 pub(in crate::store) async fn requeue_deliveries(
     tx: &deadpool_postgres::Transaction<'_>,
+    client: Option<ClientId>,
     event_id: Uuid,
-) -> Result<u64, StoreError> {
+) -> Result<Option<u64>, StoreError> {
+    // FOR SHARE: the reaper skips an event held here, and an event it has
+    // just deleted is not found rather than revived.
+    let found = tx
+        .query_opt(
+            "SELECT 1 FROM webhook_events WHERE id = $1 AND ($2::uuid IS NULL OR client_id = $2) \
+             FOR SHARE",
+            &[&event_id, &client.map(|c| c.0)],
+        )
+        .await?;
+    if found.is_none() {
+        return Ok(None);
+    }
     let n = tx
         .execute(
             &format!(
@@ -230,7 +244,7 @@ pub(in crate::store) async fn requeue_deliveries(
         tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
             .await?;
     }
-    Ok(n)
+    Ok(Some(n))
 }
 
 impl EventStore {
@@ -310,20 +324,9 @@ impl EventStore {
         self.0
             .with_client(|mut conn| async move {
                 let tx = conn.transaction().await?;
-                // FOR SHARE: the reaper skips an event held here, and an event
-                // it has just deleted is not found (404) rather than revived.
-                let found = tx
-                    .query_opt(
-                        "SELECT 1 FROM webhook_events WHERE client_id = $1 AND id = $2 FOR SHARE",
-                        &[&client.0, &event_id],
-                    )
-                    .await?;
-                if found.is_none() {
-                    return Ok(None);
-                }
-                let n = requeue_deliveries(&tx, event_id).await?;
+                let n = requeue_deliveries(&tx, Some(client), event_id).await?;
                 tx.commit().await?;
-                Ok(Some(n))
+                Ok(n)
             })
             .await
     }

@@ -218,7 +218,7 @@ impl Shard {
                         .record(started.elapsed().as_secs_f64());
                     shard.flushing -= n;
                     shard.flushes -= 1;
-                    shard.settle(writes, replies, result, handoff, started, lock_retries);
+                    shard.answer_flush(writes, replies, result, handoff, started, lock_retries);
                     shard.report_depth();
                     shard.flush_if_idle(ctx);
                 }),
@@ -227,7 +227,7 @@ impl Shard {
 
     /// Answers every attempt of a finished flush and the attempts that waited
     /// on it, and hands the rows it claimed to the relay.
-    fn settle(
+    fn answer_flush(
         &mut self,
         writes: Vec<KeyWrite>,
         replies: Vec<(oneshot::Sender<Verdict>, BodyDigest)>,

@@ -59,6 +59,31 @@ pub struct Reaper {
     store: Store,
     limits: ReaperLimits,
     busy: bool,
+    metrics: ReaperMetrics,
+}
+
+/// The reaper's metrics, registered once.
+#[derive(Clone)]
+struct ReaperMetrics {
+    keys: metrics::Counter,
+    events: metrics::Counter,
+    notifications: metrics::Counter,
+    expired_keys: metrics::Gauge,
+    expired_keys_oldest_age: metrics::Gauge,
+}
+
+impl ReaperMetrics {
+    fn new() -> Self {
+        Self {
+            keys: metrics::counter!("payrail_reaped_keys_total"),
+            events: metrics::counter!("payrail_reaped_events_total"),
+            notifications: metrics::counter!("payrail_reaped_provider_notifications_total"),
+            expired_keys: metrics::gauge!("payrail_reaper_expired_keys"),
+            expired_keys_oldest_age: metrics::gauge!(
+                "payrail_reaper_expired_keys_oldest_age_seconds"
+            ),
+        }
+    }
 }
 
 impl Reaper {
@@ -68,6 +93,7 @@ impl Reaper {
             store,
             limits,
             busy: false,
+            metrics: ReaperMetrics::new(),
         }
     }
 
@@ -84,6 +110,7 @@ impl Reaper {
             store.notifications(),
         );
         let limits = self.limits;
+        let m = self.metrics.clone();
         let work = async move {
             let keys = reap(limits, "idempotency keys", |batch| {
                 keys_store.delete_expired(batch)
@@ -105,8 +132,7 @@ impl Reaper {
                 notifications_store.purge(limits.notification_retention, batch)
             })
             .await;
-            metrics::counter!("payrail_reaped_provider_notifications_total")
-                .increment(notifications);
+            m.notifications.increment(notifications);
             if endpoints > 0 {
                 tracing::info!(
                     endpoints,
@@ -115,8 +141,8 @@ impl Reaper {
             }
             match store.keys().expired_backlog(EXPIRED_COUNT_MAX).await {
                 Ok((count, oldest)) => {
-                    metrics::gauge!("payrail_reaper_expired_keys").set(count as f64);
-                    metrics::gauge!("payrail_reaper_expired_keys_oldest_age_seconds").set(oldest);
+                    m.expired_keys.set(count as f64);
+                    m.expired_keys_oldest_age.set(oldest);
                 }
                 Err(e) => tracing::warn!(error = %e, "reading the expired key backlog failed"),
             }
@@ -131,8 +157,8 @@ impl Reaper {
                     "reaped expired idempotency keys and old events"
                 );
             }
-            metrics::counter!("payrail_reaped_keys_total").increment(keys);
-            metrics::counter!("payrail_reaped_events_total").increment(events);
+            reaper.metrics.keys.increment(keys);
+            reaper.metrics.events.increment(events);
         }));
     }
 }

@@ -234,6 +234,40 @@ fn describe_metrics() {
         "payrail_reaped_events_total",
         "Webhook events past --event-retention deleted by the reaper, with their delivery records"
     );
+    describe_counter!(
+        "payrail_reaped_provider_notifications_total",
+        "Provider notification ids past --notification-retention forgotten by the reaper"
+    );
+    describe_counter!(
+        "payrail_provider_notifications_total",
+        "Signed provider notifications received, by outcome (applied, repeat, late, unknown_transfer, not_recorded, unauthenticated, malformed)"
+    );
+    describe_histogram!(
+        "payrail_provider_notification_batch_size",
+        Unit::Count,
+        "Provider notifications applied in one transaction"
+    );
+    describe_counter!(
+        "payrail_provider_polls_total",
+        "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"
+    );
+    describe_counter!(
+        "payrail_transfer_anomalies_total",
+        "Provider reports that contradict a transfer's final status, kept for operators, by source (notification, poll)"
+    );
+    describe_gauge!(
+        "payrail_transfers_processing",
+        "Transfers the provider accepted and has not decided yet"
+    );
+    describe_gauge!(
+        "payrail_transfers_stuck",
+        "Of those, the ones processing for longer than --provider-processing-max"
+    );
+    describe_gauge!(
+        "payrail_transfers_processing_oldest_age_seconds",
+        Unit::Seconds,
+        "How long the oldest processing transfer has waited for its outcome"
+    );
     describe_gauge!(
         "payrail_webhook_backlog",
         "Webhook deliveries neither delivered nor dead"

@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{
-    free_port, fresh_database, relay_flags, sim_stats, spawn_app_listening, spawn_relaying,
-    spawn_sim, transfer_body, wait_for, TestApp,
+    assert_every_metric_described, free_port, fresh_database, relay_flags, sim_stats,
+    spawn_app_listening, spawn_relaying, spawn_sim, transfer_body, wait_for, TestApp,
 };
 use payrail::domain::webhook::WebhookSecret;
 use payrail::sim::SimArgs;
@@ -167,6 +167,8 @@ async fn notifications_that_never_come_are_caught_by_polling() {
         metrics.contains("payrail_provider_polls_total{outcome=\"outcome\"} 10"),
         "{metrics}"
     );
+    // With the relay, the poller and the notification intake running too.
+    assert_every_metric_described(&metrics);
 }
 
 /// A notification signed with `secret`, its timestamp `skew` seconds off.

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{new_key, spawn_app, transfer_body};
+use common::{assert_every_metric_described, new_key, spawn_app, transfer_body};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -51,19 +51,7 @@ async fn metrics_count_requests_batches_and_cache_hits() {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
     // Every metric says what it measures.
-    let typed: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert!(typed.len() >= 5, "{text}");
-    for name in typed {
-        assert!(
-            text.lines()
-                .any(|l| l.starts_with(&format!("# HELP {name} "))),
-            "no # HELP line for {name}"
-        );
-    }
+    assert_every_metric_described(&text);
 }
 
 #[actix_web::test]

@@ -1,6 +1,8 @@
 //! One log line and one set of metrics per request, tagged with a request id.
 
-use std::time::Instant;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -30,6 +32,49 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
+/// One route's metric handles, by method and status.
+#[derive(Default)]
+struct RouteMetrics {
+    duration: HashMap<&'static str, metrics::Histogram>,
+    requests: HashMap<(&'static str, u16), metrics::Counter>,
+}
+
+thread_local! {
+    /// The request metrics' handles, registered once per label set and kept
+    /// per server thread: registering them per request built their keys
+    /// and looked them up in the registry every time. Bounded, as their
+    /// label values are.
+    static HTTP_METRICS: RefCell<HashMap<String, RouteMetrics>> = RefCell::new(HashMap::new());
+}
+
+/// Counts a request and records its duration.
+fn record(route: String, method: &'static str, status: u16, elapsed: Duration) {
+    HTTP_METRICS.with_borrow_mut(|routes| {
+        if !routes.contains_key(route.as_str()) {
+            routes.insert(route.clone(), RouteMetrics::default());
+        }
+        let m = routes.get_mut(route.as_str()).expect("inserted above");
+        m.requests
+            .entry((method, status))
+            .or_insert_with(|| {
+                let labels = [
+                    ("route", route.clone()),
+                    ("method", method.to_owned()),
+                    ("status", status.to_string()),
+                ];
+                metrics::counter!("payrail_http_requests_total", &labels)
+            })
+            .increment(1);
+        m.duration
+            .entry(method)
+            .or_insert_with(|| {
+                let labels = [("route", route.clone()), ("method", method.to_owned())];
+                metrics::histogram!("payrail_http_request_duration_seconds", &labels)
+            })
+            .record(elapsed.as_secs_f64());
+    });
+}
+
 /// Logs method, route pattern (not the raw path: bounded label values),
 /// status and latency. Headers are never logged, so neither are API keys.
 pub async fn observe(
@@ -48,18 +93,12 @@ pub async fn observe(
         .unwrap_or_else(|| OTHER.into());
     let status = res.status().as_u16();
     let elapsed = started.elapsed();
-    if let Ok(v) = HeaderValue::from_str(&request_id.to_string()) {
+    let mut id = Uuid::encode_buffer();
+    if let Ok(v) = HeaderValue::from_str(request_id.hyphenated().encode_lower(&mut id)) {
         res.headers_mut().insert(REQUEST_ID, v);
     }
     tracing::info!(%request_id, %method, %route, status, latency_ms = elapsed.as_secs_f64() * 1e3, "request");
-    let labels = [
-        ("route", route),
-        ("method", method.to_owned()),
-        ("status", status.to_string()),
-    ];
-    metrics::counter!("payrail_http_requests_total", &labels).increment(1);
-    metrics::histogram!("payrail_http_request_duration_seconds", &labels[..2])
-        .record(elapsed.as_secs_f64());
+    record(route, method, status, elapsed);
     Ok(res)
 }
 

@@ -49,14 +49,11 @@ pub async fn receive(
             &body,
             SystemTime::now(),
         )
-        .map_err(|r| match r {
-            Refusal::Unauthenticated(why) => {
-                metrics::counter!("payrail_provider_notifications_total", "outcome" => "unauthenticated").increment(1);
-                ApiError::NotificationUnauthenticated(why)
-            }
-            Refusal::Malformed(why) => {
-                metrics::counter!("payrail_provider_notifications_total", "outcome" => "malformed").increment(1);
-                ApiError::NotificationMalformed(why)
+        .map_err(|r| {
+            intake.count_refusal(&r);
+            match r {
+                Refusal::Unauthenticated(why) => ApiError::NotificationUnauthenticated(why),
+                Refusal::Malformed(why) => ApiError::NotificationMalformed(why),
             }
         })?;
     match intake.submit(notification).await {

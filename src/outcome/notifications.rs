@@ -165,6 +165,8 @@ pub struct Intake {
     queue: mpsc::Sender<Waiting>,
     verifier: Verifier,
     body_max: usize,
+    /// Refused before the queue: unauthenticated, malformed.
+    refused: [metrics::Counter; 2],
 }
 
 impl Intake {
@@ -176,6 +178,15 @@ impl Intake {
     /// Largest body read, in bytes.
     pub fn body_max(&self) -> usize {
         self.body_max
+    }
+
+    /// Counts a notification the verifier refused.
+    pub fn count_refusal(&self, refusal: &Refusal) {
+        let i = match refusal {
+            Refusal::Unauthenticated(_) => 0,
+            Refusal::Malformed(_) => 1,
+        };
+        self.refused[i].increment(1);
     }
 
     /// Applies `n` with the next batch; answers once that committed.
@@ -277,6 +288,8 @@ pub fn start(
         queue,
         verifier,
         body_max: limits.body_max,
+        refused: ["unauthenticated", "malformed"]
+            .map(|o| metrics::counter!("payrail_provider_notifications_total", "outcome" => o)),
     }
 }
 

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::domain::ProviderText;
 use crate::provider::{Provider, ProviderOutcome};
-use crate::queue::worker::{QueueName, Work};
+use crate::queue::worker::{BacklogGauges, QueueName, Work};
 use crate::queue::RetryPolicy;
 use crate::store::polls::{PollOutcome, PollRow, PollStore, POLLS_CHANNEL};
 use crate::store::StoreError;
@@ -47,6 +47,7 @@ pub struct PollWork {
     provider: Arc<dyn Provider>,
     limits: PollLimits,
     metrics: Arc<PollMetrics>,
+    backlog: BacklogGauges,
 }
 
 impl PollWork {
@@ -64,6 +65,11 @@ impl PollWork {
                     "payrail_transfer_creation_to_final_seconds"
                 ),
             }),
+            backlog: BacklogGauges::new(
+                "payrail_transfers_processing",
+                "payrail_transfers_stuck",
+                "payrail_transfers_processing_oldest_age_seconds",
+            ),
         }
     }
 }
@@ -189,12 +195,10 @@ impl Work for PollWork {
     fn report(&self) -> BoxFuture<'static, ()> {
         let store = self.store.clone();
         let max = self.limits.processing_max;
+        let gauges = self.backlog.clone();
         async move {
             if let Ok(s) = store.stats(max).await {
-                metrics::gauge!("payrail_transfers_processing").set(s.processing as f64);
-                metrics::gauge!("payrail_transfers_stuck").set(s.stuck as f64);
-                metrics::gauge!("payrail_transfers_processing_oldest_age_seconds")
-                    .set(s.oldest_age_secs);
+                gauges.set(s.processing, s.stuck, s.oldest_age_secs);
             }
         }
         .boxed()

@@ -180,6 +180,38 @@ impl QueueMetrics {
     }
 }
 
+/// The three backlog gauges a queue's [`Work::report`] sets (its own
+/// names, as `/metrics` has long shown them), registered once.
+#[derive(Clone)]
+pub struct BacklogGauges {
+    waiting: metrics::Gauge,
+    dead: metrics::Gauge,
+    oldest_age_seconds: metrics::Gauge,
+}
+
+impl BacklogGauges {
+    /// Registers the gauges of rows waiting, rows dead (or stuck) and the
+    /// age in seconds of the oldest waiting row.
+    pub fn new(
+        waiting: &'static str,
+        dead: &'static str,
+        oldest_age_seconds: &'static str,
+    ) -> Self {
+        Self {
+            waiting: metrics::gauge!(waiting),
+            dead: metrics::gauge!(dead),
+            oldest_age_seconds: metrics::gauge!(oldest_age_seconds),
+        }
+    }
+
+    /// Sets all three.
+    pub fn set(&self, waiting: i64, dead: i64, oldest_age_seconds: f64) {
+        self.waiting.set(waiting as f64);
+        self.dead.set(dead as f64);
+        self.oldest_age_seconds.set(oldest_age_seconds);
+    }
+}
+
 /// A row this worker holds, and where the claim came from.
 struct Held<R> {
     row: R,

@@ -40,12 +40,13 @@ impl RelayNudge {
 }
 
 async fn notify_when_wanted(store: Store, wanted: Arc<Notify>, interval: Duration) {
+    let wakeups = metrics::counter!("payrail_relay_wakeups_total");
     loop {
         // With nobody waiting, `notify_one` keeps one permit: the nudges of
         // a whole interval come down to the next NOTIFY.
         wanted.notified().await;
         match store.outbox().wake_relays().await {
-            Ok(()) => metrics::counter!("payrail_relay_wakeups_total").increment(1),
+            Ok(()) => wakeups.increment(1),
             Err(e) => tracing::warn!(error = %e, "could not wake the relays; they poll instead"),
         }
         tokio::time::sleep(interval).await;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::RelayLimits;
 use crate::domain::{ProviderText, TransferStatus};
 use crate::provider::{Provider, ProviderError, ProviderOutcome};
-use crate::queue::worker::{QueueName, Work};
+use crate::queue::worker::{BacklogGauges, QueueName, Work};
 use crate::queue::RetryPolicy;
 use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
 use crate::store::{OutboxStore, StoreError};
@@ -67,6 +67,7 @@ pub struct OutboxWork {
     provider: Arc<dyn Provider>,
     limits: RelayLimits,
     metrics: Arc<ProviderMetrics>,
+    backlog: BacklogGauges,
 }
 
 impl OutboxWork {
@@ -77,6 +78,11 @@ impl OutboxWork {
             provider,
             limits,
             metrics: Arc::new(ProviderMetrics::new()),
+            backlog: BacklogGauges::new(
+                "payrail_outbox_backlog",
+                "payrail_outbox_dead",
+                "payrail_outbox_oldest_due_age_seconds",
+            ),
         }
     }
 }
@@ -170,11 +176,10 @@ impl Work for OutboxWork {
 
     fn report(&self) -> BoxFuture<'static, ()> {
         let store = self.store.clone();
+        let gauges = self.backlog.clone();
         async move {
             if let Ok(s) = store.stats().await {
-                metrics::gauge!("payrail_outbox_backlog").set(s.backlog as f64);
-                metrics::gauge!("payrail_outbox_dead").set(s.dead as f64);
-                metrics::gauge!("payrail_outbox_oldest_due_age_seconds").set(s.oldest_due_age_secs);
+                gauges.set(s.backlog, s.dead, s.oldest_due_age_secs);
             }
         }
         .boxed()

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
-use crate::queue::worker::{QueueName, Work, Worker, WorkerLimits};
+use crate::queue::worker::{BacklogGauges, QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
 use crate::store::{DeliveryStore, Store, StoreError};
@@ -118,6 +118,7 @@ pub struct DeliveryWork {
     metrics: std::sync::Arc<DeliveryMetrics>,
     sender: Sender,
     limits: WebhookLimits,
+    backlog: BacklogGauges,
 }
 
 impl Work for DeliveryWork {
@@ -195,12 +196,10 @@ impl Work for DeliveryWork {
 
     fn report(&self) -> BoxFuture<'static, ()> {
         let store = self.store.clone();
+        let gauges = self.backlog.clone();
         async move {
             if let Ok(s) = store.stats().await {
-                metrics::gauge!("payrail_webhook_backlog").set(s.backlog as f64);
-                metrics::gauge!("payrail_webhook_dead").set(s.dead as f64);
-                metrics::gauge!("payrail_webhook_oldest_due_age_seconds")
-                    .set(s.oldest_due_age_secs);
+                gauges.set(s.backlog, s.dead, s.oldest_due_age_secs);
             }
         }
         .boxed()
@@ -235,6 +234,11 @@ pub fn start(
             metrics: std::sync::Arc::new(DeliveryMetrics::new()),
             sender,
             limits,
+            backlog: BacklogGauges::new(
+                "payrail_webhook_backlog",
+                "payrail_webhook_dead",
+                "payrail_webhook_oldest_due_age_seconds",
+            ),
         };
         Worker::new(work, store, worker_limits, None)
     })

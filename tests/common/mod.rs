@@ -227,6 +227,24 @@ impl TestApp {
     }
 }
 
+/// Every metric in a `/metrics` text has its `# HELP` line: a metric
+/// registered without a description would go out unexplained.
+pub fn assert_every_metric_described(text: &str) {
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(typed.len() >= 5, "{text}");
+    for name in typed {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "no # HELP line for {name}"
+        );
+    }
+}
+
 /// Asserts a problem+json answer and returns its body.
 pub async fn assert_problem(res: Response, status: StatusCode, slug: &str) -> Value {
     assert_eq!(res.status(), status, "status for {slug}");

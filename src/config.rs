@@ -333,8 +333,9 @@ pub struct WebhookConfig {
     pub webhook_response_bytes: usize,
     /// Most attempts in flight to one endpoint at once, over every process.
     /// A receiver that hangs holds this many slots until they time out,
-    /// never everyone's. It also bounds one endpoint's throughput: 16 in
-    /// flight to a receiver answering in 2 ms is 8 000 deliveries/s.
+    /// never everyone's. It also bounds one endpoint's throughput: this
+    /// many deliveries per cycle of an attempt, its settlement and the
+    /// next claim (docs/BENCHMARKS.md measures it).
     #[arg(
         long,
         env = "PAYRAIL_WEBHOOK_ENDPOINT_IN_FLIGHT_MAX",

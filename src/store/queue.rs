@@ -104,9 +104,10 @@ impl QueueTable {
             // and nothing else in the WHERE clause: a TID scan is then the
             // plan whatever the planner thinks of the table (with the
             // claimable test there too, young statistics made it walk the
-            // whole due index instead: 5-30 ms against 0.1). Whether a row
-            // is still claimable is read from the row as locked; a row
-            // changed since the pick has a new `ctid` and is skipped.
+            // whole due index instead; docs/BENCHMARKS.md has the plans).
+            // Whether a row is still claimable is read from the row as
+            // locked; a row changed since the pick has a new `ctid` and is
+            // skipped.
             format!(
                 "due AS (
     SELECT q.ctid AS row_ctid, q.locked_until IS NOT NULL AS reclaimed,
@@ -150,9 +151,9 @@ impl QueueTable {
     /// of its share. [`claim_sql`](Self::claim_sql) then locks and leases
     /// what is still claimable of them. Two statements, because in one the
     /// planner, misled by a queue table's young statistics, turned the
-    /// lock by `ctid` into a walk of a whole index (6-14 ms a claim at
-    /// 18 000 due rows, which bounded deliveries to one endpoint at about
-    /// 1 000 a second).
+    /// lock by `ctid` into a walk of a whole index, and a claim's time
+    /// bounds a fair group's throughput (the plans and what mending them
+    /// did are in docs/BENCHMARKS.md).
     pub fn pick_sql(&self) -> String {
         assert!(!self.fair_by.is_empty(), "only a fair queue picks");
         let t = self.table;

@@ -44,6 +44,7 @@ impl Application {
     /// `#[actix_web::test]` provide).
     pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
+        crate::relay::check(&config).map_err(anyhow::Error::msg)?;
         // First, so that a busy port is said plainly before anything starts.
         let listener = TcpListener::bind(config.listen)
             .map_err(|e| bind_error(e, config.listen, "--listen", "PAYRAIL_LISTEN"))?;

@@ -148,6 +148,21 @@ impl From<&ServeConfig> for RelayLimits {
     }
 }
 
+/// Refuses flags under which a relay's call could outlive its lease (the
+/// part of the configuration's validation that needs the relay's own
+/// arithmetic); checked at start-up, before anything starts.
+pub fn check(config: &ServeConfig) -> Result<(), String> {
+    let limits = RelayLimits::from(config);
+    match limits.call_window() {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "--relay-lease must be longer than 2 × --provider-timeout plus 3 × --db-timeout \
+             and the pauses between those tries ({:?} here)",
+            limits.call_bound()
+        )),
+    }
+}
+
 impl RelayLimits {
     /// The longest a claimed row can keep this process busy once its call
     /// starts: a lookup and a `POST`, each bounded by the provider timeout,
@@ -162,5 +177,23 @@ impl RelayLimits {
     /// lease is too short for that.
     pub fn call_window(&self) -> Option<Duration> {
         Some(self.lease.saturating_sub(self.call_bound())).filter(|w| !w.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(flags: &[&str]) -> ServeConfig {
+        let mut args = vec!["--database-url", "postgres://x@127.0.0.1/db"];
+        args.extend_from_slice(flags);
+        crate::cli::serve_config(args).expect("valid flags")
+    }
+
+    #[test]
+    fn a_lease_too_short_for_a_lookup_a_call_and_the_settlement_is_refused() {
+        let err = check(&config(&["--relay-lease", "20s"])).unwrap_err();
+        assert!(err.contains("--relay-lease"), "{err}");
+        assert!(check(&config(&[])).is_ok(), "the defaults fit");
     }
 }

@@ -1,7 +1,6 @@
 //! HTTP routes of the sim (the README's provider-sim section) and the order in which faults apply.
 
 use std::io;
-use std::time::Duration;
 
 use actix_web::http::header::{self, ContentType};
 use actix_web::http::StatusCode;
@@ -10,24 +9,13 @@ use actix_web::{HttpRequest, HttpResponse};
 use futures::StreamExt;
 use uuid::Uuid;
 
+use super::app::App;
 use super::faults::Faults;
-use super::state::{Admission, SimState};
+use super::state::Admission;
 use super::wire::{Answer, ErrorBody, PayoutRequest};
 
 /// Largest `POST /payouts` body read; a §6 body is well under 1 KiB.
 pub const MAX_REQUEST_BODY: usize = 64 * 1024;
-
-/// Shared by every worker: the store, the fault source and the configured delay.
-pub struct App {
-    /// Records and counters.
-    pub state: SimState,
-    /// Seeded fault decisions.
-    pub faults: Faults,
-    /// `--latency-ms`, spent after the payout is decided and before answering.
-    pub latency: Duration,
-    /// The asynchronous mode: later outcomes and their notifications.
-    pub later: super::later::Later,
-}
 
 /// Registers the routes on an actix `App`.
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -6,9 +6,11 @@
 //! Embed it with [`start`] (returns once bound; port 0 works) or run it as the
 //! CLI does with [`run`].
 
+pub mod app;
 pub mod faults;
 pub mod handlers;
 pub mod later;
+pub mod notifier;
 pub mod state;
 pub mod wire;
 
@@ -19,8 +21,9 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use actix_web::{web, HttpServer};
 
+use self::app::{App, Later};
 use self::faults::Faults;
-use self::handlers::App;
+use self::notifier::Notifier;
 use self::state::SimState;
 
 /// Flags of `payrail provider-sim`; each also reads a `PAYRAIL_SIM_*` env var.
@@ -332,10 +335,10 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
     Ok(server)
 }
 
-fn later(args: &SimArgs) -> io::Result<later::Later> {
+fn later(args: &SimArgs) -> io::Result<Later> {
     let notifier = match (&args.notify_url, &args.notify_secret) {
         (Some(url), Some(secret)) => {
-            let mut n = later::Notifier::new(url.clone(), secret.clone())?;
+            let mut n = Notifier::new(url.clone(), secret.clone())?;
             n.duplicate_rate = args.notify_duplicate_rate;
             n.drop_rate = args.notify_drop_rate;
             n.reorder_rate = args.notify_reorder_rate;
@@ -343,7 +346,7 @@ fn later(args: &SimArgs) -> io::Result<later::Later> {
         }
         _ => None,
     };
-    Ok(later::Later {
+    Ok(Later {
         async_rate: args.async_rate,
         settle_after_ms: args.settle_after_ms,
         return_rate: args.return_rate,

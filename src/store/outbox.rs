@@ -160,24 +160,34 @@ static RELEASE: LazyLock<String> = LazyLock::new(|| OUTBOX.release_sql());
 
 /// Settles the final outcomes of a batch: deletes the rows still held under
 /// each claim's attempt (fencing), and gives their transfers the final
-/// status, only if still `pending`. Returns every row that was held and,
-/// where its transfer changed, the transfer as it is now (for its event).
+/// status, only if still `pending`. Returns the transfers that changed, as
+/// they are now (for their events), and one more row whose `held` lists
+/// every row that was held.
+///
+/// Written so that every join is a row of the batch against an index: the
+/// delete carries each row's outcome on to the update (its `RETURNING`
+/// reads the batch's columns), and the held rows come back as one array
+/// instead of a join of two CTEs. A prepared statement runs a generic plan,
+/// which takes a CTE for one row: a join of two CTEs became a nested loop
+/// over both, quadratic in the batch (docs/BENCHMARKS.md).
 const SETTLE_FINAL: &str = "
-WITH i AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[])
+WITH done AS (
+    DELETE FROM outbox o
+    USING UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[])
         AS i(id, attempt, status, reference, reason)
-), done AS (
-    DELETE FROM outbox o USING i WHERE o.transfer_id = i.id AND o.attempts = i.attempt
-    RETURNING o.transfer_id, o.attempts
+    WHERE o.transfer_id = i.id AND o.attempts = i.attempt
+    RETURNING o.transfer_id, i.status, i.reference, i.reason
 ), changed AS (
-    UPDATE transfers t SET status = i.status, provider_reference = i.reference,
-                           failure_reason = i.reason, updated_at = now(),
+    UPDATE transfers t SET status = done.status, provider_reference = done.reference,
+                           failure_reason = done.reason, updated_at = now(),
                            status_sequence = t.status_sequence + 1
-    FROM i JOIN done ON done.transfer_id = i.id AND done.attempts = i.attempt
-    WHERE t.id = i.id AND t.status = 'pending'
+    FROM done
+    WHERE t.id = done.transfer_id AND t.status = 'pending'
     RETURNING t.*
 )
-SELECT done.transfer_id AS held, changed.* FROM done LEFT JOIN changed ON changed.id = done.transfer_id";
+SELECT c.*, NULL::uuid[] AS held FROM changed c
+UNION ALL
+SELECT (NULL::transfers).*, ARRAY(SELECT transfer_id FROM done)";
 
 /// Puts dead rows back in line with a fresh attempt budget: one
 /// transfer's, or every one whose last error contains `error` (all when
@@ -355,9 +365,12 @@ impl OutboxStore {
                 let mut held = std::collections::HashSet::with_capacity(batch.len());
                 let mut events = Vec::new();
                 let mut creation_to_final = Vec::new();
+                let mut held_rows = 0;
                 for row in &done {
-                    held.insert(row.get::<_, Uuid>("held"));
-                    if row.get::<_, Option<Uuid>>("id").is_some() {
+                    if let Some(ids) = row.get::<_, Option<Vec<Uuid>>>("held") {
+                        held_rows += 1;
+                        held.extend(ids);
+                    } else {
                         let transfer = super::transfers::transfer_from_row(row)?;
                         assert!(transfer.status.is_final(), "a settled transfer is final");
                         assert_eq!(
@@ -373,6 +386,15 @@ impl OutboxStore {
                         events.push(NewEvent::of_change(&transfer));
                     }
                 }
+                assert_eq!(
+                    held_rows,
+                    usize::from(!finals.id.is_empty()),
+                    "one row lists the held rows of the final settlements"
+                );
+                assert!(
+                    events.iter().all(|e| held.contains(&e.transfer_id)),
+                    "only a row still held changes its transfer"
+                );
                 let mut deliveries = super::webhooks::insert_events(&tx, &events).await?;
                 let mut changed: Vec<Uuid> = events.iter().map(|e| e.transfer_id).collect();
                 if !reported.is_empty() {

@@ -86,11 +86,10 @@ pub async fn check(
         .filter(|t| t.status != "pending")
         .map(|t| t.id)
         .collect();
-    // Announced means: every change up to its status now.
-    let complete = |id: &Uuid, events: &[&SinkEvent]| {
+    let complete = |id: &Uuid, events: &HashMap<Uuid, Vec<&SinkEvent>>| {
         events
-            .iter()
-            .any(|e| e.transfer_id.parse::<Uuid>().ok() == Some(*id) && e.status == ours[id].status)
+            .get(id)
+            .is_some_and(|mine| announced(&ours[id].status, mine))
     };
     let mut summary = WebhookSummary {
         expected: finals.len() as u64,
@@ -105,14 +104,14 @@ pub async fn check(
                 return summary;
             }
         };
-        let ours_events: Vec<&SinkEvent> = events
-            .iter()
-            .filter(|e| {
-                e.transfer_id
-                    .parse::<Uuid>()
-                    .is_ok_and(|id| finals.contains(&id))
-            })
-            .collect();
+        let mut ours_events: HashMap<Uuid, Vec<&SinkEvent>> = HashMap::new();
+        for e in &events {
+            if let Ok(id) = e.transfer_id.parse::<Uuid>() {
+                if finals.contains(&id) {
+                    ours_events.entry(id).or_default().push(e);
+                }
+            }
+        }
         let announced: HashSet<Uuid> = finals
             .iter()
             .filter(|id| complete(id, &ours_events))
@@ -227,9 +226,57 @@ pub fn is_path(statuses: &[&str], now: &str) -> bool {
     at == now
 }
 
+/// Whether a transfer now in `status` is announced by `events` (its own):
+/// every change up to that status, each by its own event. Deliveries are
+/// retried in the background, so an earlier change's event may arrive
+/// after a later one's (receivers order them by sequence): the event of
+/// the status now is not enough. Events of engines before sequences count
+/// as 1.
+fn announced(status: &str, events: &[&SinkEvent]) -> bool {
+    let sequence = |e: &SinkEvent| e.sequence.unwrap_or(1);
+    let Some(last) = events
+        .iter()
+        .filter(|e| e.status == status)
+        .map(|e| sequence(e))
+        .max()
+    else {
+        return false;
+    };
+    let seen: HashSet<i64> = events.iter().map(|e| sequence(e)).collect();
+    (1..=last).all(|n| seen.contains(&n))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_path;
+    use super::{announced, is_path, SinkEvent};
+
+    fn event(status: &str, sequence: i64) -> SinkEvent {
+        SinkEvent {
+            id: format!("evt_{sequence}"),
+            kind: format!("transfer.{status}"),
+            transfer_id: "01a24db9-ffc3-7270-b7ef-6fdb8b5e1868".into(),
+            status: status.into(),
+            sequence: Some(sequence),
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn a_transfer_is_announced_once_every_change_up_to_its_status_arrived() {
+        let (processing, succeeded) = (event("processing", 1), event("succeeded", 2));
+        assert!(announced("succeeded", &[&processing, &succeeded]));
+        assert!(
+            announced("succeeded", &[&succeeded, &processing]),
+            "in any order of arrival"
+        );
+        assert!(
+            !announced("succeeded", &[&succeeded]),
+            "the first change's event is still being retried"
+        );
+        assert!(!announced("succeeded", &[&processing]));
+        assert!(!announced("succeeded", &[]));
+        assert!(announced("succeeded", &[&event("succeeded", 1)]));
+    }
 
     #[test]
     fn paths_follow_the_status_machine() {

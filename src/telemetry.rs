@@ -236,7 +236,7 @@ fn describe_metrics() {
     );
     describe_counter!(
         "payrail_reaped_provider_notifications_total",
-        "Provider notification ids past --notification-retention forgotten by the reaper"
+        "Provider notification ids past --provider-notification-retention forgotten by the reaper"
     );
     describe_counter!(
         "payrail_provider_notifications_total",

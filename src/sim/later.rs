@@ -138,10 +138,12 @@ fn notify(app: &web::Data<App>, record: PayoutRecord, droppable: bool) {
         tokio::spawn(async move {
             let _pending = pending;
             tokio::time::sleep(hold).await;
-            let sent = match &app.later.notifier {
-                Some(n) => n.deliver(&id, &body).await,
-                None => false,
-            };
+            let n = app
+                .later
+                .notifier
+                .as_ref()
+                .expect("checked before spawning");
+            let sent = n.deliver(&id, &body).await;
             app.state
                 .count_notifications(u64::from(sent), 0, u64::from(!sent));
         });

@@ -104,14 +104,7 @@ pub async fn check(
                 return summary;
             }
         };
-        let mut ours_events: HashMap<Uuid, Vec<&SinkEvent>> = HashMap::new();
-        for e in &events {
-            if let Ok(id) = e.transfer_id.parse::<Uuid>() {
-                if finals.contains(&id) {
-                    ours_events.entry(id).or_default().push(e);
-                }
-            }
-        }
+        let ours_events = by_transfer(&events, |id| finals.contains(id));
         let announced: HashSet<Uuid> = finals
             .iter()
             .filter(|id| complete(id, &ours_events))
@@ -125,14 +118,7 @@ pub async fn check(
     };
     summary.wait_s = started.elapsed().as_secs_f64();
 
-    let mut by_transfer: HashMap<Uuid, Vec<&SinkEvent>> = HashMap::new();
-    for e in &events {
-        if let Ok(id) = e.transfer_id.parse::<Uuid>() {
-            if ours.contains_key(&id) {
-                by_transfer.entry(id).or_default().push(e);
-            }
-        }
-    }
+    let by_transfer = by_transfer(&events, |id| ours.contains_key(id));
     let mut findings = Vec::new();
     for id in &finals {
         let t = ours[id];
@@ -144,9 +130,8 @@ pub async fn check(
             ));
             continue;
         }
-        // Events of engines before sequences count as 1.
-        events.sort_by_key(|e| e.sequence.unwrap_or(1));
-        let sequences: Vec<i64> = events.iter().map(|e| e.sequence.unwrap_or(1)).collect();
+        events.sort_by_key(|e| sequence(e));
+        let sequences: Vec<i64> = events.iter().map(|e| sequence(e)).collect();
         let statuses: Vec<&str> = events.iter().map(|e| e.status.as_str()).collect();
         if sequences != (1..=events.len() as i64).collect::<Vec<_>>() {
             findings.push(format!(
@@ -226,14 +211,34 @@ pub fn is_path(statuses: &[&str], now: &str) -> bool {
     at == now
 }
 
+/// The events of the transfers `keep` takes, by transfer.
+fn by_transfer(
+    events: &[SinkEvent],
+    keep: impl Fn(&Uuid) -> bool,
+) -> HashMap<Uuid, Vec<&SinkEvent>> {
+    let mut grouped: HashMap<Uuid, Vec<&SinkEvent>> = HashMap::new();
+    for e in events {
+        if let Ok(id) = e.transfer_id.parse::<Uuid>() {
+            if keep(&id) {
+                grouped.entry(id).or_default().push(e);
+            }
+        }
+    }
+    grouped
+}
+
+/// An event's place among its transfer's changes; events of engines before
+/// sequences count as 1.
+fn sequence(e: &SinkEvent) -> i64 {
+    e.sequence.unwrap_or(1)
+}
+
 /// Whether a transfer now in `status` is announced by `events` (its own):
 /// every change up to that status, each by its own event. Deliveries are
 /// retried in the background, so an earlier change's event may arrive
 /// after a later one's (receivers order them by sequence): the event of
-/// the status now is not enough. Events of engines before sequences count
-/// as 1.
+/// the status now is not enough.
 fn announced(status: &str, events: &[&SinkEvent]) -> bool {
-    let sequence = |e: &SinkEvent| e.sequence.unwrap_or(1);
     let Some(last) = events
         .iter()
         .filter(|e| e.status == status)

@@ -353,16 +353,22 @@ impl<W: Work> Worker<W> {
         }
     }
 
-    /// Works on one row; its outcome joins the next settlement batch.
+    /// Works on one row, as a task of its own on this worker's thread; its
+    /// outcome comes back as [`Worked`] and joins the next settlement batch.
+    ///
+    /// Not `ctx.spawn`: an actor's context polls every future spawned on it
+    /// whenever any of them wakes, so with `concurrency_max` calls in flight
+    /// each answer would poll them all. A task is polled only when it woke.
     fn start(&mut self, held: Held<W::Row>, ctx: &mut Context<Self>) {
         self.in_flight += 1;
         let work = self.work.work(held.row.clone());
-        ctx.spawn(work.into_actor(self).map(move |outcome, w, ctx| {
-            w.in_flight -= 1;
-            w.outcomes.push((held, outcome));
-            w.settle(ctx);
-            w.pump(ctx);
-        }));
+        let me = ctx.address();
+        actix::spawn(async move {
+            let outcome = work.await;
+            // Past the mailbox's capacity: an outcome must not be lost to a
+            // full mailbox. If the worker is gone, the row's lease returns it.
+            me.do_send(Worked { held, outcome });
+        });
     }
 
     /// Settles the waiting outcomes in one transaction, unless one runs.
@@ -576,6 +582,28 @@ impl<W: Work> Handler<Wake> for Worker<W> {
             return;
         }
         self.claim(ctx);
+    }
+}
+
+/// One row's work is done: its outcome, for the next settlement batch.
+struct Worked<R, O> {
+    held: Held<R>,
+    outcome: O,
+}
+
+impl<R: 'static, O: 'static> Message for Worked<R, O> {
+    type Result = ();
+}
+
+impl<W: Work> Handler<Worked<W::Row, W::Outcome>> for Worker<W> {
+    type Result = ();
+
+    fn handle(&mut self, msg: Worked<W::Row, W::Outcome>, ctx: &mut Context<Self>) {
+        assert!(self.in_flight > 0, "an outcome answers a row in flight");
+        self.in_flight -= 1;
+        self.outcomes.push((msg.held, msg.outcome));
+        self.settle(ctx);
+        self.pump(ctx);
     }
 }
 

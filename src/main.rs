@@ -1,9 +1,5 @@
 use clap::Parser;
 
-/// mimalloc instead of glibc's malloc: see docs/BENCHMARKS.md ("The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[actix_web::main]
 async fn main() -> std::process::ExitCode {
     let cli = payrail::cli::Cli::parse();

@@ -366,6 +366,12 @@ pub struct RelayConfig {
     /// choice of the default.
     #[arg(long, env = "PAYRAIL_RELAY_CONCURRENCY", default_value_t = 128)]
     pub relay_concurrency: usize,
+    /// Provider connections opened before the process reports ready (at
+    /// most --relay-concurrency; 0: none). A fresh process under load
+    /// otherwise opens one per call in flight during its first burst, and
+    /// the payouts of that burst wait on the handshakes (docs/BENCHMARKS.md).
+    #[arg(long, env = "PAYRAIL_RELAY_WARM_CONNECTIONS", default_value_t = 128)]
+    pub relay_warm_connections: usize,
     /// Fallback poll interval when no notification arrives.
     #[arg(long, env = "PAYRAIL_RELAY_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub relay_poll: Duration,

@@ -17,4 +17,5 @@ pub mod startup;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod warm;
 pub mod webhook;

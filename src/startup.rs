@@ -52,9 +52,17 @@ impl Application {
         let metrics = telemetry::metrics_handle();
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
+        // Opened here, so driven by this thread, as HTTP workers' lookups
+        // of keys not yet cached are few.
+        match store.warm_auth().await {
+            Ok(connections) => tracing::info!(connections, "authentication pool warm"),
+            Err(e) => {
+                tracing::warn!(error = %e, "authentication pool not warmed; it opens on first use")
+            }
+        }
 
         // The relay first: the shards hand it the rows they claim.
-        let relay = crate::relay::start(&config, &store)?;
+        let relay = crate::relay::start(&config, &store).await?;
         let (shards, mut arbiters) = ShardRouter::start(
             config.shards,
             &store,
@@ -63,7 +71,8 @@ impl Application {
             relay.as_ref().map(|r| r.handoff.clone()),
             relay.as_ref().map_or_else(LagGate::open, |r| r.lag.clone()),
             RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
-        )?;
+        )
+        .await?;
         let (deliveries, webhook_arbiter) = crate::webhook::start(&config, &store)?;
         let (reaper, reaper_arbiter) = crate::reaper::start(&config, &store);
         let outcomes = crate::outcome::start(&config, &store)?;

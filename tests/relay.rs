@@ -275,6 +275,62 @@ async fn the_relay_keeps_one_provider_connection_per_call_in_flight() {
 }
 
 #[actix_web::test]
+async fn a_fresh_process_is_ready_with_its_connections_open() {
+    let sim = spawn_sim(SimArgs {
+        latency_ms: 200,
+        ..SimArgs::default()
+    })
+    .await;
+    let db = fresh_database().await;
+    let app = spawn_relaying(
+        &db,
+        &sim.url(),
+        &[
+            "--relay-concurrency",
+            "16",
+            "--shards",
+            "2",
+            "--shard-flushes",
+            "2",
+            "--auth-db-pool-size",
+            "2",
+        ],
+    )
+    .await;
+
+    // Before any transfer: the relay's 16 connections to the provider,
+    // opened by lookups (no payout was posted), and one for this request.
+    let warm = sim_stats(&sim).await;
+    assert_eq!(warm.connections, 16 + 1, "{warm:?}");
+    assert_eq!(warm.requests, 0, "warming posts no payout");
+    // And Postgres's: 2 per shard, 2 of the relay's, 2 of the
+    // authentication pool (besides, the pool that ran the migrations).
+    let backends: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'payrail' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(backends >= 2 * 2 + 2 + 2, "{backends} connections open");
+
+    // A first burst with all 16 calls in flight at once (each takes 200 ms)
+    // finds them open: the provider sees no new connection but the next
+    // stats request's.
+    app.create_transfers(16, &transfer_body()).await;
+    wait_for("16 succeeded transfers", Duration::from_secs(30), || async {
+        app.count_status("succeeded").await == 16
+    })
+    .await;
+    let after = sim_stats(&sim).await;
+    assert_eq!(after.executions, 16);
+    assert_eq!(after.connections, warm.connections + 1, "{after:?}");
+}
+
+#[actix_web::test]
 async fn two_processes_drain_one_outbox_without_sending_a_row_twice() {
     let sim = spawn_sim(SimArgs {
         latency_ms: 20,

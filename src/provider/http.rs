@@ -84,6 +84,42 @@ impl HttpProvider {
         })
     }
 
+    /// Opens up to `connections` keep-alive connections to the provider and
+    /// leaves them in the pool; returns how many calls were answered.
+    ///
+    /// Why: the pool opens a connection for each call that finds none idle,
+    /// so a fresh process whose first burst has a hundred calls in flight
+    /// makes a hundred handshakes while those payouts wait, and the calls
+    /// that queue behind them make the burst longer. Each connection is
+    /// opened by a status lookup of the nil id, which no transfer has: a
+    /// read the provider protocol already has, which changes nothing there
+    /// (the answer is `404 payout_not_found`). Failures are only counted: a
+    /// provider that is down now is called when it is back.
+    pub async fn warm(&self, connections: usize) -> usize {
+        let url = self.lookup_url(Uuid::nil());
+        let calls = (0..connections).map(|_| {
+            let request = self.client.get(url.clone());
+            async move {
+                match request.send().await {
+                    // Read to its end, so the connection goes back to the pool.
+                    Ok(mut response) => read_capped(&mut response).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        });
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter(|answered| *answered)
+            .count()
+    }
+
+    /// `{base_url}/payouts/{id}`.
+    fn lookup_url(&self, transfer_id: Uuid) -> reqwest::Url {
+        reqwest::Url::parse(&format!("{}/{transfer_id}", self.payouts_url))
+            .expect("a payouts URL with a UUID appended is a URL")
+    }
+
     /// The URL payouts are posted to (`{base_url}/payouts`).
     pub fn payouts_url(&self) -> &str {
         self.payouts_url.as_str()
@@ -197,17 +233,7 @@ impl Provider for HttpProvider {
         &self,
         transfer_id: Uuid,
     ) -> BoxFuture<'static, Result<Option<ProviderOutcome>, ProviderError>> {
-        let url = reqwest::Url::parse(&format!("{}/{transfer_id}", self.payouts_url));
-        let client = self.client.clone();
-        async move {
-            let url = url.map_err(|e| ProviderError::Transient {
-                reason: format!("lookup url: {e}"),
-                retry_after: None,
-                ambiguous: true,
-            })?;
-            Self::look_up(client, url).await
-        }
-        .boxed()
+        Self::look_up(self.client.clone(), self.lookup_url(transfer_id)).boxed()
     }
 }
 

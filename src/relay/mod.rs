@@ -40,9 +40,10 @@ pub struct RelayHandle {
     pub lag: LagGate,
 }
 
-/// Starts the relay of `--provider-url` on a thread of its own; `None`
-/// without a provider (transfers then stay `pending`).
-pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<RelayHandle>> {
+/// Starts the relay of `--provider-url` on a thread of its own, with
+/// `--relay-warm-connections` provider connections open; `None` without a
+/// provider (transfers then stay `pending`).
+pub async fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<RelayHandle>> {
     let Some(url) = &config.provider_url else {
         tracing::warn!("no --provider-url: the relay is off and transfers stay pending");
         return Ok(None);
@@ -51,12 +52,16 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<Relay
     // One idle connection per call the relay may have in flight: with
     // fewer, every burst of calls closes the surplus and the next opens
     // them again.
-    let provider = Arc::new(HttpProvider::with_pool(
-        url,
-        r.provider_timeout,
-        r.relay_concurrency,
-    )?);
+    let provider = HttpProvider::with_pool(url, r.provider_timeout, r.relay_concurrency)?;
     let arbiter = Arbiter::new();
+    warm(
+        &arbiter,
+        &provider,
+        store,
+        r.relay_warm_connections.min(r.relay_concurrency),
+    )
+    .await;
+    let provider = Arc::new(provider);
     let count = Arc::new(HandoffCount::default());
     let addr = start_worker(
         &arbiter,
@@ -79,6 +84,33 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option<Relay
         handoff,
         lag,
     }))
+}
+
+/// Opens `--relay-warm-connections` provider connections, and the relay's
+/// Postgres connections with its statements prepared, on the relay's
+/// thread (each provider call bounded by `--provider-timeout`).
+async fn warm(arbiter: &Arbiter, provider: &HttpProvider, store: &Store, connections: usize) {
+    let thread = arbiter.handle();
+    let outbox = store.outbox();
+    let provider = provider.clone();
+    futures::join!(
+        crate::warm::on(thread.clone(), "relay's Postgres connections", async move {
+            outbox.warm().await
+        }),
+        crate::warm::on(thread.clone(), "provider connections", async move {
+            if connections == 0 {
+                return Ok(0);
+            }
+            let answered = provider.warm(connections).await;
+            assert!(answered <= connections, "one answer per call at most");
+            if answered < connections {
+                return Err(format!(
+                    "the provider answered {answered} of {connections} lookups"
+                ));
+            }
+            Ok(answered)
+        }),
+    );
 }
 
 /// Starts the relay's worker on `arbiter`, with the count of rows the

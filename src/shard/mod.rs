@@ -94,9 +94,10 @@ pub struct ShardRouter {
 impl ShardRouter {
     /// Starts `count` shards, each on an `Arbiter` (thread) of its own with
     /// a write pool of its own (one connection per flush in flight, driven
-    /// on that thread); the caller keeps the arbiters and stops them at
+    /// on that thread), and returns once those pools are open and their
+    /// statements prepared; the caller keeps the arbiters and stops them at
     /// shutdown.
-    pub fn start(
+    pub async fn start(
         count: usize,
         store: &Store,
         limits: ShardLimits,
@@ -109,9 +110,16 @@ impl ShardRouter {
         let mut arbiters = Vec::with_capacity(count);
         let mut shards = Vec::with_capacity(count);
         let mut caches = Vec::with_capacity(count);
+        let mut warming = Vec::with_capacity(count);
         for index in 0..count {
             let arbiter = Arbiter::new();
             let store = store.with_own_pool(limits.flushes_in_flight_max)?;
+            let keys = store.keys();
+            warming.push(crate::warm::on(
+                arbiter.handle(),
+                "a shard's Postgres connections",
+                async move { keys.warm().await },
+            ));
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
             let handoff = handoff.clone();
@@ -123,6 +131,7 @@ impl ShardRouter {
             }));
             arbiters.push(arbiter);
         }
+        futures::future::join_all(warming).await;
         Ok((
             Self {
                 shards: shards.into(),

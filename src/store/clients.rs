@@ -12,7 +12,20 @@ pub const REVOKED_CHANNEL: &str = "payrail_revoked";
 /// Each process answers a revocation here (same payload) once it has.
 pub const REVOKED_ACK_CHANNEL: &str = "payrail_revoked_ack";
 
+/// Who is calling, by the hash of the API key.
+const AUTHENTICATE: &str =
+    "SELECT client_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+
 impl Store {
+    /// Opens every connection of the authentication pool and prepares the
+    /// lookup on each (see `Store::warm_pool`): a fresh process's first
+    /// requests, each of a key not yet cached, otherwise wait on them.
+    /// Returns how many are open.
+    pub async fn warm_auth(&self) -> Result<usize, StoreError> {
+        self.warm_pool(&self.auth_pool, usize::MAX, &[AUTHENTICATE])
+            .await
+    }
+
     /// Creates a client and its first API key; returns the key once, in clear.
     pub async fn create_client(&self, name: &str) -> Result<(ClientId, ApiKey), StoreError> {
         let id = ClientId(Uuid::now_v7());
@@ -40,11 +53,7 @@ impl Store {
     /// The client owning an unrevoked key with this hash.
     pub async fn authenticate(&self, hash: &ApiKeyHash) -> Result<Option<ClientId>, StoreError> {
         self.with_auth_client(|client| async move {
-            let stmt = client
-                .prepare_cached(
-                    "SELECT client_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
-                )
-                .await?;
+            let stmt = client.prepare_cached(AUTHENTICATE).await?;
             let row = client.query_opt(&stmt, &[&hash.0.as_slice()]).await?;
             Ok(row.map(|r| ClientId(r.get(0))))
         })

@@ -152,6 +152,10 @@ FROM idempotency_keys k
 JOIN UNNEST($1::uuid[], $2::text[]) AS i(client_id, key) USING (client_id, key)
 WHERE k.expires_at > now()";
 
+/// The statements of every flush, which a shard's pool opens and prepares
+/// before the process is ready.
+const FLUSH_STATEMENTS: [&str; 2] = [INSERT_BATCH, SELECT_EXISTING];
+
 /// Deletes one bounded batch of expired key rows.
 /// Oldest first, by the expiry index. By `ctid`: a row replaced meanwhile
 /// (its key written again after it expired) has a new one and is kept.
@@ -173,6 +177,14 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE expires_at <=
 pub struct KeyStore(pub(super) Store);
 
 impl KeyStore {
+    /// Opens every connection of the pool and prepares the flush's
+    /// statements on each (see [`Store::warm_pool`]); returns how many are
+    /// open. Run it on the thread that flushes: a connection is driven
+    /// there.
+    pub async fn warm(&self) -> Result<usize, StoreError> {
+        self.0.warm(usize::MAX, &FLUSH_STATEMENTS).await
+    }
+
     /// Writes a batch of new keys in one transaction and says, per write and
     /// in order, whether it was inserted or lost to an existing live key.
     /// The caller guarantees that no (client, key) appears twice in a batch.

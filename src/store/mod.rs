@@ -256,6 +256,46 @@ impl Store {
         self.on_pool(&self.auth_pool, op).await
     }
 
+    /// Opens up to `connections` connections of `pool` at once (at most its
+    /// size) and prepares `statements` on each, within `--db-timeout`;
+    /// returns how many are open.
+    ///
+    /// Why: a pool opens connections as work first needs them, so a fresh
+    /// process's first burst waits on new server processes (a fork, the
+    /// login, the catalog read anew by each statement's first parse) while
+    /// the work queues behind it. Statements are prepared under the same
+    /// text the work uses, so the connection's statement cache has them.
+    async fn warm_pool(
+        &self,
+        pool: &Pool,
+        connections: usize,
+        statements: &[&str],
+    ) -> Result<usize, StoreError> {
+        let wanted = connections.min(pool.status().max_size);
+        let run = async {
+            // Held together, so each is a connection of its own.
+            let clients = futures::future::try_join_all((0..wanted).map(|_| pool.get())).await?;
+            futures::future::try_join_all(clients.iter().map(|client| async move {
+                for sql in statements {
+                    client.prepare_cached(sql).await?;
+                }
+                Ok::<_, StoreError>(())
+            }))
+            .await?;
+            Ok::<_, StoreError>(clients.len())
+        };
+        let opened = tokio::time::timeout(self.op_timeout, run)
+            .await
+            .map_err(|_| StoreError::Timeout(self.op_timeout))??;
+        assert!(opened <= wanted, "no more connections than asked for");
+        Ok(opened)
+    }
+
+    /// [`Store::warm_pool`] on the write pool.
+    async fn warm(&self, connections: usize, statements: &[&str]) -> Result<usize, StoreError> {
+        self.warm_pool(&self.pool, connections, statements).await
+    }
+
     /// One operation on a connection of `pool`, the pool wait included,
     /// within `--db-timeout`.
     async fn on_pool<T, F, Fut>(&self, pool: &Pool, op: F) -> Result<T, StoreError>

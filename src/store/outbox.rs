@@ -244,7 +244,26 @@ RETURNING o.transfer_id";
 #[derive(Clone)]
 pub struct OutboxStore(pub(super) Store);
 
+/// Connections of the write pool the relay uses at once: one claim and
+/// one settlement in flight.
+pub const RELAY_CONNECTIONS: usize = 2;
+
 impl OutboxStore {
+    /// Opens [`RELAY_CONNECTIONS`] connections and prepares the relay's
+    /// claim and the statements of a settlement of final outcomes on each
+    /// (see `Store::warm_pool`); returns how many are open. Run it on the
+    /// relay's thread: a connection is driven by the thread that opened it.
+    pub async fn warm(&self) -> Result<usize, StoreError> {
+        let statements = [
+            CLAIM.as_str(),
+            SETTLE_FINAL,
+            RESCHEDULE.as_str(),
+            RECORD_ATTEMPTS,
+            super::webhooks::INSERT_EVENTS,
+        ];
+        self.0.warm(RELAY_CONNECTIONS, &statements).await
+    }
+
     /// Claims up to `limit` due rows for `lease`.
     pub async fn claim(&self, limit: i64, lease: Duration) -> Result<Vec<ClaimedRow>, StoreError> {
         self.0

@@ -100,7 +100,7 @@ pub struct EventFilter {
 /// Writes one event per transfer that became final, and one delivery per
 /// live endpoint of its client, in the caller's transaction. Returns the
 /// number of deliveries written.
-const INSERT_EVENTS: &str = "
+pub(in crate::store) const INSERT_EVENTS: &str = "
 WITH e AS (
     INSERT INTO webhook_events (client_id, id, transfer_id, type, body, created_at)
     SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])

@@ -12,5 +12,7 @@ pub use deliveries::{
     WEBHOOK_CHANNEL,
 };
 pub use endpoints::{Endpoint, EndpointRefused, EndpointStore};
-pub(in crate::store) use events::{deliveries_of, insert_events, requeue_deliveries};
+pub(in crate::store) use events::{
+    deliveries_of, insert_events, requeue_deliveries, INSERT_EVENTS,
+};
 pub use events::{DeliveryRecord, DeliveryState, EventFilter, EventPage, EventRecord, EventStore};

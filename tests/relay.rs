@@ -321,9 +321,11 @@ async fn a_fresh_process_is_ready_with_its_connections_open() {
     // finds them open: the provider sees no new connection but the next
     // stats request's.
     app.create_transfers(16, &transfer_body()).await;
-    wait_for("16 succeeded transfers", Duration::from_secs(30), || async {
-        app.count_status("succeeded").await == 16
-    })
+    wait_for(
+        "16 succeeded transfers",
+        Duration::from_secs(30),
+        || async { app.count_status("succeeded").await == 16 },
+    )
     .await;
     let after = sim_stats(&sim).await;
     assert_eq!(after.executions, 16);

@@ -52,8 +52,8 @@ impl Application {
         let metrics = telemetry::metrics_handle();
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
-        // Opened here, so driven by this thread, as HTTP workers' lookups
-        // of keys not yet cached are few.
+        // Opened, and so driven, on this thread: only lookups of keys not
+        // yet in the authentication cache use them.
         match store.warm_auth().await {
             Ok(connections) => tracing::info!(connections, "authentication pool warm"),
             Err(e) => {

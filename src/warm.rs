@@ -26,12 +26,16 @@ pub async fn on<E>(
         // The receiver is gone only if startup was abandoned meanwhile.
         let _ = done.send(work.await);
     });
-    assert!(spawned, "a running arbiter takes what it is given");
+    if !spawned {
+        tracing::warn!(what, "not warmed: its thread has stopped");
+        return;
+    }
     match outcome.await {
         Ok(Ok(connections)) => tracing::info!(what, connections, "warm"),
         Ok(Err(e)) => {
             tracing::warn!(what, error = %e, "not warmed; its connections open on first use")
         }
-        Err(_) => tracing::warn!(what, "not warmed: its thread stopped"),
+        // The work was dropped unfinished: it panicked, or its thread stopped.
+        Err(_) => tracing::warn!(what, "not warmed: the warm-up did not finish"),
     }
 }

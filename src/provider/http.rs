@@ -93,25 +93,38 @@ impl HttpProvider {
     /// that queue behind them make the burst longer. Each connection is
     /// opened by a status lookup of the nil id, which no transfer has: a
     /// read the provider protocol already has, which changes nothing there
-    /// (the answer is `404 payout_not_found`). Failures are only counted: a
-    /// provider that is down now is called when it is back.
+    /// (the answer is `404 payout_not_found`; any other answer is logged, as
+    /// a sign that the URL is not the provider's). Failures are only
+    /// counted: a provider that is down now is called when it is back.
     pub async fn warm(&self, connections: usize) -> usize {
         let url = self.lookup_url(Uuid::nil());
         let calls = (0..connections).map(|_| {
             let request = self.client.get(url.clone());
             async move {
-                match request.send().await {
-                    // Read to its end, so the connection goes back to the pool.
-                    Ok(mut response) => read_capped(&mut response).await.is_ok(),
-                    Err(_) => false,
-                }
+                let mut response = request.send().await.ok()?;
+                let status = response.status().as_u16();
+                // Read to its end, so the connection goes back to the pool.
+                let body = read_capped(&mut response).await;
+                let lookup = classify_lookup(status, body.as_deref().map_err(String::as_str));
+                Some(matches!(lookup, Ok(None)))
             }
         });
-        futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .filter(|answered| *answered)
-            .count()
+        let answers = futures::future::join_all(calls).await;
+        let answered = answers.iter().flatten().count();
+        let unexpected = answers
+            .iter()
+            .flatten()
+            .filter(|not_found| !**not_found)
+            .count();
+        if unexpected > 0 {
+            // Said at startup, not at the first payout.
+            tracing::warn!(
+                unexpected,
+                %url,
+                "a lookup of an id no payout has was not answered payout_not_found: is --provider-url the provider's?"
+            );
+        }
+        answered
     }
 
     /// `{base_url}/payouts/{id}`.

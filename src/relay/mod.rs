@@ -27,6 +27,12 @@ use crate::store::Store;
 /// The relay: the one queue's worker skeleton running [`OutboxWork`].
 pub type Relay = Worker<OutboxWork>;
 
+/// Connections of the relay's own Postgres pool: what it runs at once is
+/// a claim, a settlement and the two backlog readings (the lag gate's and
+/// the worker's report). Its own, like each shard's, so that they are
+/// opened, and so driven, on the relay's thread.
+const DB_CONNECTIONS: usize = 4;
+
 /// A running relay: its address, its thread, and the hand-off the shards
 /// use to give it the rows they claim.
 pub struct RelayHandle {
@@ -49,6 +55,7 @@ pub async fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option
         return Ok(None);
     };
     let r = &config.relay;
+    let store = &store.with_own_pool(DB_CONNECTIONS)?;
     // One idle connection per call the relay may have in flight: with
     // fewer, every burst of calls closes the surplus and the next opens
     // them again.

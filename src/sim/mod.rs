@@ -290,6 +290,14 @@ impl Drop for SimServer {
     }
 }
 
+/// How long an idle client connection is kept open: a minute, as load
+/// balancers in front of real providers commonly do, and longer than a
+/// pooled client keeps its idle connections (payrail: 30 s), so the client
+/// closes them first. With actix's 5 s, connections a client opened ahead
+/// of a burst could be gone before it, and a request sent as the server
+/// closes an idle connection meets the close instead of an answer.
+const KEEP_ALIVE: Duration = Duration::from_secs(60);
+
 /// Binds and starts the sim in the background and returns once it accepts
 /// connections. Must be called inside a Tokio runtime (an actix `System`, as in
 /// `#[actix_web::main]`/`#[actix_web::test]`, or plain `#[tokio::main]`).
@@ -310,6 +318,7 @@ pub async fn start(args: SimArgs) -> io::Result<SimServer> {
             .configure(handlers::configure)
     })
     .on_connect(move |_, _| counter.state.count_connection())
+    .keep_alive(KEEP_ALIVE)
     // Signals are the embedder's business; `run` handles them itself.
     .disable_signals()
     // A sim has no long requests worth waiting for at shutdown.

@@ -244,15 +244,12 @@ RETURNING o.transfer_id";
 #[derive(Clone)]
 pub struct OutboxStore(pub(super) Store);
 
-/// Connections of the write pool the relay uses at once: one claim and
-/// one settlement in flight.
-pub const RELAY_CONNECTIONS: usize = 2;
-
 impl OutboxStore {
-    /// Opens [`RELAY_CONNECTIONS`] connections and prepares the relay's
-    /// claim and the statements of a settlement of final outcomes on each
-    /// (see `Store::warm_pool`); returns how many are open. Run it on the
-    /// relay's thread: a connection is driven by the thread that opened it.
+    /// Opens every connection of the pool and prepares the relay's claim
+    /// and the statements of a settlement of final outcomes on each (see
+    /// `Store::warm_pool`); returns how many are open. Run it on the
+    /// relay's thread, with the relay's own pool: a connection is driven by
+    /// the thread that opened it.
     pub async fn warm(&self) -> Result<usize, StoreError> {
         let statements = [
             CLAIM.as_str(),
@@ -261,7 +258,7 @@ impl OutboxStore {
             RECORD_ATTEMPTS,
             super::webhooks::INSERT_EVENTS,
         ];
-        self.0.warm(RELAY_CONNECTIONS, &statements).await
+        self.0.warm(usize::MAX, &statements).await
     }
 
     /// Claims up to `limit` due rows for `lease`.

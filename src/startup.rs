@@ -54,12 +54,13 @@ impl Application {
         store.migrate().await?;
         // Opened, and so driven, on this thread: only lookups of keys not
         // yet in the authentication cache use them.
-        match store.warm_auth().await {
-            Ok(connections) => tracing::info!(connections, "authentication pool warm"),
-            Err(e) => {
-                tracing::warn!(error = %e, "authentication pool not warmed; it opens on first use")
-            }
-        }
+        let auth = store.clone();
+        crate::warm::on(
+            actix::Arbiter::current(),
+            "the authentication pool",
+            async move { auth.warm_auth().await },
+        )
+        .await;
 
         // The relay first: the shards hand it the rows they claim.
         let relay = crate::relay::start(&config, &store).await?;

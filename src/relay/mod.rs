@@ -101,10 +101,12 @@ async fn warm(arbiter: &Arbiter, provider: &HttpProvider, store: &Store, connect
     let outbox = store.outbox();
     let provider = provider.clone();
     futures::join!(
-        crate::warm::on(thread.clone(), "relay's Postgres connections", async move {
-            outbox.warm().await
-        }),
-        crate::warm::on(thread.clone(), "provider connections", async move {
+        crate::warm::on(
+            thread.clone(),
+            "the relay's Postgres connections",
+            async move { outbox.warm().await }
+        ),
+        crate::warm::on(thread.clone(), "the provider connections", async move {
             if connections == 0 {
                 return Ok(0);
             }

@@ -11,7 +11,7 @@ use common::{
     answering, connect, fresh_database, new_key, sim_stats, spawn_app, spawn_app_with,
     spawn_relaying, spawn_sim, transfer_body,
 };
-use payrail::domain::{ProviderText, TransferStatus};
+use payrail::domain::{ProviderReport, ProviderText};
 use payrail::sim::SimArgs;
 use payrail::store::outbox::Settlement;
 use payrail::store::StoreError;
@@ -283,11 +283,9 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     assert_eq!(fresh.budget_used, 1, "with a fresh retry budget");
 
     // The holder of the old claim wakes up and settles: it is fenced out.
-    let late = Settlement::Final {
-        status: TransferStatus::Failed,
-        provider_reference: None,
-        failure_reason: Some(ProviderText::clean("late")),
-    };
+    let late = Settlement::Report(ProviderReport::Declined {
+        reason: ProviderText::clean("late"),
+    });
     let report = app
         .store
         .outbox()

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{spawn_app, transfer_body, TestApp};
-use payrail::domain::{ProviderText, TransferStatus};
+use payrail::domain::{ProviderReport, ProviderText, TransferStatus};
 use payrail::store::outbox::{ClaimedRow, Settlement};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -42,12 +42,15 @@ async fn status(app: &TestApp, id: &str) -> String {
 }
 
 fn final_as(status: TransferStatus) -> Settlement {
-    Settlement::Final {
-        status,
-        provider_reference: (status == TransferStatus::Succeeded)
-            .then(|| ProviderText::clean("ref")),
-        failure_reason: (status == TransferStatus::Failed).then(|| ProviderText::clean("HTTP 403")),
-    }
+    Settlement::Report(match status {
+        TransferStatus::Succeeded => ProviderReport::Succeeded {
+            reference: Some(ProviderText::clean("ref")),
+        },
+        TransferStatus::Failed => ProviderReport::Declined {
+            reason: ProviderText::clean("HTTP 403"),
+        },
+        other => panic!("not a final answer: {other:?}"),
+    })
 }
 
 async fn nothing_due(app: &TestApp) -> bool {
@@ -181,4 +184,140 @@ async fn rows_given_back_by_a_drain_are_not_ambiguous_nor_charged() {
         .await
         .unwrap();
     assert_eq!(stale, 0);
+}
+
+/// Moves a transfer to `status` as another source would have (a
+/// notification), with the poll a `processing` transfer gets.
+async fn moved_elsewhere(app: &TestApp, id: &str, status: &str) {
+    let id: uuid::Uuid = id.parse().unwrap();
+    let db = app.db().await;
+    db.execute(
+        "UPDATE transfers SET status = $2, status_sequence = status_sequence + 1 WHERE id = $1",
+        &[&id, &status],
+    )
+    .await
+    .unwrap();
+    if status == "processing" {
+        db.execute(
+            "INSERT INTO provider_polls (transfer_id, next_poll_at) VALUES ($1, now() + interval '1 hour')",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[actix_web::test]
+async fn the_relays_final_answer_goes_through_the_status_machine() {
+    // A notification made the transfer `processing` while the relay's call
+    // was in flight: the relay's `succeeded` is the next allowed change, and
+    // it ends the transfer's polls and writes its event.
+    let (app, id) = one_pending().await;
+    let row = claim_one(&app).await;
+    moved_elsewhere(&app, &id, "processing").await;
+    let report = app
+        .store
+        .outbox()
+        .settle(&[(row, final_as(TransferStatus::Succeeded))], LEASE)
+        .await
+        .unwrap();
+    assert_eq!(report.held, [true]);
+    assert_eq!(report.changed.len(), 1);
+    assert_eq!(status(&app, &id).await, "succeeded");
+    assert_eq!(app.count("outbox").await, 0);
+    assert_eq!(
+        app.count("provider_polls").await,
+        0,
+        "a final transfer is not polled"
+    );
+    assert_eq!(
+        app.count("webhook_events").await,
+        1,
+        "the change is announced"
+    );
+}
+
+#[actix_web::test]
+async fn a_relay_answer_that_contradicts_a_final_status_is_kept_as_an_anomaly() {
+    // A declined notification came first; the provider's answer to the
+    // relay's call then says `succeeded`: an operator must look.
+    let (app, id) = one_pending().await;
+    let row = claim_one(&app).await;
+    moved_elsewhere(&app, &id, "failed").await;
+    let report = app
+        .store
+        .outbox()
+        .settle(&[(row, final_as(TransferStatus::Succeeded))], LEASE)
+        .await
+        .unwrap();
+    assert_eq!(report.held, [true], "the row was still held: it is done");
+    assert!(report.changed.is_empty());
+    assert_eq!(status(&app, &id).await, "failed");
+    assert_eq!(app.count("outbox").await, 0);
+    let anomaly = app
+        .db()
+        .await
+        .query_one(
+            "SELECT status_then, reported, source FROM transfer_anomalies",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            anomaly.get::<_, String>(0),
+            anomaly.get::<_, String>(1),
+            anomaly.get::<_, String>(2)
+        ),
+        ("failed".into(), "succeeded".into(), "relay".into())
+    );
+}
+
+#[actix_web::test]
+async fn the_status_trigger_allows_exactly_the_changes_of_may_become() {
+    // The migration's trigger and `TransferStatus::may_become` each state
+    // the allowed changes; every statement of the status machine is
+    // generated from the second. Each pair is tried on a real row.
+    let (app, id) = one_pending().await;
+    let id: uuid::Uuid = id.parse().unwrap();
+    let mut db = app.db().await;
+    for from in TransferStatus::ALL {
+        for to in TransferStatus::ALL {
+            if from == to {
+                continue;
+            }
+            let tx = db.transaction().await.unwrap();
+            tx.batch_execute("ALTER TABLE transfers DISABLE TRIGGER transfers_status_change")
+                .await
+                .unwrap();
+            tx.execute(
+                "UPDATE transfers SET status = $2 WHERE id = $1",
+                &[&id, &from.as_str()],
+            )
+            .await
+            .unwrap();
+            tx.batch_execute("ALTER TABLE transfers ENABLE TRIGGER transfers_status_change")
+                .await
+                .unwrap();
+            let changed = tx
+                .execute(
+                    "UPDATE transfers SET status = $2 WHERE id = $1",
+                    &[&id, &to.as_str()],
+                )
+                .await;
+            if let Err(e) = &changed {
+                assert_eq!(
+                    e.code(),
+                    Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+                    "{e}"
+                );
+            }
+            assert_eq!(
+                changed.is_ok(),
+                from.may_become(to),
+                "the trigger and may_become disagree on {from:?} -> {to:?}"
+            );
+            tx.rollback().await.unwrap();
+        }
+    }
 }

@@ -300,6 +300,13 @@ impl TransferStatus {
         )
     }
 
+    /// The statuses a transfer may have just before it becomes `self`:
+    /// [`Self::may_become`] read backwards, in the order of a transfer's
+    /// life. Empty for `pending`, which only a creation makes.
+    pub fn allowed_before(self) -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(move |s| s.may_become(self))
+    }
+
     /// Parses the stored name.
     pub fn parse(raw: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == raw)

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use uuid::Uuid;
 
 use super::RelayLimits;
-use crate::domain::{ProviderText, TransferStatus};
+use crate::domain::{ProviderReport, ProviderText};
 use crate::provider::{Provider, ProviderError, ProviderOutcome};
 use crate::queue::worker::{BacklogGauges, QueueName, Work};
 use crate::queue::RetryPolicy;
@@ -242,25 +242,14 @@ fn settlement(
     retry: RetryPolicy,
 ) -> Settlement {
     match result {
-        // Accepted, with the outcome to come; or found already returned by
-        // a lookup. Applied by the status machine, as notifications are.
-        Ok(outcome @ (ProviderOutcome::Processing { .. } | ProviderOutcome::Returned { .. })) => {
-            Settlement::Report(outcome.report())
-        }
-        Ok(ProviderOutcome::Succeeded { reference }) => Settlement::Final {
-            status: TransferStatus::Succeeded,
-            provider_reference: Some(ProviderText::clean(&reference)),
-            failure_reason: None,
-        },
-        // Final only because an ambiguous row was looked up first: this
-        // answer is about the first `POST` the provider acted on.
-        Ok(ProviderOutcome::Declined { reason }) | Err(ProviderError::Permanent { reason }) => {
-            Settlement::Final {
-                status: TransferStatus::Failed,
-                provider_reference: None,
-                failure_reason: Some(ProviderText::clean(&reason)),
-            }
-        }
+        // The provider's own word, whatever it is: applied by the status
+        // machine, as a notification's is. A decline is final only because
+        // an ambiguous row was looked up first: it is about the first
+        // `POST` the provider acted on.
+        Ok(outcome) => Settlement::Report(outcome.report()),
+        Err(ProviderError::Permanent { reason }) => Settlement::Report(ProviderReport::Declined {
+            reason: ProviderText::clean(&reason),
+        }),
         // Not the provider speaking: parked for an operator, never final.
         // Taken for ambiguous, so that a retry asks the provider first.
         Err(ProviderError::Misconfigured { reason }) => Settlement::Dead {
@@ -344,13 +333,7 @@ mod tests {
     }
 
     fn failed(s: &Settlement) -> bool {
-        matches!(
-            s,
-            Settlement::Final {
-                status: TransferStatus::Failed,
-                ..
-            }
-        )
+        matches!(s, Settlement::Report(ProviderReport::Declined { .. }))
     }
 
     #[test]
@@ -365,11 +348,9 @@ mod tests {
         );
         assert!(matches!(
             ok,
-            Settlement::Final {
-                status: TransferStatus::Succeeded,
-                provider_reference: Some(ref r),
-                ..
-            } if r.as_str() == "ref"
+            Settlement::Report(ProviderReport::Succeeded {
+                reference: Some(ref r),
+            }) if r.as_str() == "ref"
         ));
         let declined = settlement(
             &row(1, false),
@@ -379,7 +360,7 @@ mod tests {
             limits.retry,
         );
         assert!(
-            matches!(declined, Settlement::Final { status: TransferStatus::Failed, failure_reason: Some(r), .. } if r.as_str() == "no")
+            matches!(declined, Settlement::Report(ProviderReport::Declined { reason: r }) if r.as_str() == "no")
         );
         let permanent = Err(ProviderError::Permanent {
             reason: "HTTP 422: {\"error\":\"invalid_account\"}".into(),

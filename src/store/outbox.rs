@@ -11,11 +11,12 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use std::collections::HashSet;
+
 use super::queue::{self, Claim, QueueTable, Reschedule};
-use super::status::Source;
+use super::status::{self, Source};
 use super::{Store, StoreError};
-use crate::domain::webhook::NewEvent;
-use crate::domain::{ProviderReport, ProviderText, TransferStatus};
+use crate::domain::{ProviderReport, ProviderText};
 use crate::provider::Payout;
 
 /// The channel relays listen on; notified after flushes wrote rows no relay
@@ -45,15 +46,11 @@ pub struct ClaimedRow {
 /// How a provider call ended, as the outbox records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
-    /// Final: the transfer becomes `succeeded` or `failed`; the row is deleted.
-    Final {
-        /// `Succeeded` or `Failed`.
-        status: TransferStatus,
-        /// Provider reference, for `Succeeded`.
-        provider_reference: Option<ProviderText>,
-        /// Why, for `Failed`.
-        failure_reason: Option<ProviderText>,
-    },
+    /// The provider answered the payout or its lookup with a status: the
+    /// row is done, and the report is applied by the status machine, as a
+    /// notification's is (`succeeded` or `declined`: final; `processing`:
+    /// polled from then on; `returned`, found by a lookup).
+    Report(ProviderReport),
     /// Try again after `delay`.
     Retry {
         /// Backoff before the row is due again.
@@ -63,11 +60,6 @@ pub enum Settlement {
         /// The call may have executed the payout.
         ambiguous: bool,
     },
-    /// The provider accepted the payout and will report its outcome later
-    /// (`processing`), or reported an outcome the hot path does not write
-    /// (a lookup that found the payout already `returned`): the row is
-    /// done, and the report is applied like a notification's.
-    Report(ProviderReport),
     /// Out of attempts: the transfer stays `pending` until an operator retries.
     Dead {
         /// What went wrong last.
@@ -155,39 +147,9 @@ FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
 };
 
 static CLAIM: LazyLock<String> = LazyLock::new(|| OUTBOX.claim_sql());
+static COMPLETE: LazyLock<String> = LazyLock::new(|| OUTBOX.complete_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| OUTBOX.reschedule_sql());
 static RELEASE: LazyLock<String> = LazyLock::new(|| OUTBOX.release_sql());
-
-/// Settles the final outcomes of a batch: deletes the rows still held under
-/// each claim's attempt (fencing), and gives their transfers the final
-/// status, only if still `pending`. Returns the transfers that changed, as
-/// they are now (for their events), and one more row whose `held` lists
-/// every row that was held.
-///
-/// Written so that every join is a row of the batch against an index: the
-/// delete carries each row's outcome on to the update (its `RETURNING`
-/// reads the batch's columns), and the held rows come back as one array
-/// instead of a join of two CTEs. A prepared statement runs a generic plan,
-/// which takes a CTE for one row: a join of two CTEs became a nested loop
-/// over both, quadratic in the batch (docs/BENCHMARKS.md).
-const SETTLE_FINAL: &str = "
-WITH done AS (
-    DELETE FROM outbox o
-    USING UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[])
-        AS i(id, attempt, status, reference, reason)
-    WHERE o.transfer_id = i.id AND o.attempts = i.attempt
-    RETURNING o.transfer_id, i.status, i.reference, i.reason
-), changed AS (
-    UPDATE transfers t SET status = done.status, provider_reference = done.reference,
-                           failure_reason = done.reason, updated_at = now(),
-                           status_sequence = t.status_sequence + 1
-    FROM done
-    WHERE t.id = done.transfer_id AND t.status = 'pending'
-    RETURNING t.*
-)
-SELECT c.*, NULL::uuid[] AS held FROM changed c
-UNION ALL
-SELECT (NULL::transfers).*, ARRAY(SELECT transfer_id FROM done)";
 
 /// Puts dead rows back in line with a fresh attempt budget: one
 /// transfer's, or every one whose last error contains `error` (all when
@@ -232,13 +194,6 @@ INSERT INTO provider_attempts (transfer_id, attempt, outcome, detail)
 SELECT * FROM UNNEST($1::uuid[], $2::int4[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING";
 
-/// Deletes the rows of a batch's reports that are still held under each
-/// claim's attempt; their reports are applied after.
-const SETTLE_REPORTED: &str = "
-DELETE FROM outbox o USING UNNEST($1::uuid[], $2::int4[]) AS i(id, attempt)
-WHERE o.transfer_id = i.id AND o.attempts = i.attempt
-RETURNING o.transfer_id";
-
 /// The outbox as its workers and operators see it: claim, settle, give
 /// back, list, retry, and the backlog figures.
 #[derive(Clone)]
@@ -251,12 +206,14 @@ impl OutboxStore {
     /// relay's thread, with the relay's own pool: a connection is driven by
     /// the thread that opened it.
     pub async fn warm(&self) -> Result<usize, StoreError> {
+        let [change, events] = status::statements();
         let statements = [
             CLAIM.as_str(),
-            SETTLE_FINAL,
+            COMPLETE.as_str(),
             RESCHEDULE.as_str(),
             RECORD_ATTEMPTS,
-            super::webhooks::INSERT_EVENTS,
+            change,
+            events,
         ];
         self.0.warm(usize::MAX, &statements).await
     }
@@ -295,12 +252,12 @@ impl OutboxStore {
     }
 
     /// Records how the calls of a batch of claimed rows ended, in one
-    /// transaction with their transfers' new statuses (two statements sent
-    /// in one round trip) and the webhook events of the transfers that
-    /// became final (a third, only when some did). Reports (`processing`)
-    /// are applied by the status machine in the same transaction; a
-    /// transfer now `processing` is looked up from `poll_after` on. A row
-    /// appears at most once.
+    /// transaction: first the queue's part (the rows with a report deleted,
+    /// the others rescheduled or dead, each only while still held under its
+    /// claim, and the calls recorded: one round trip), then the reports of
+    /// the rows still held, applied by the status machine (a transfer now
+    /// `processing` is looked up from `poll_after` on). A row appears at
+    /// most once.
     pub async fn settle(
         &self,
         batch: &[(ClaimedRow, Settlement)],
@@ -317,144 +274,52 @@ impl OutboxStore {
         // deadlocking.
         let mut ordered: Vec<&(ClaimedRow, Settlement)> = batch.iter().collect();
         ordered.sort_unstable_by_key(|(r, _)| r.payout.transfer_id);
-        let finals = FinalColumns::of(&ordered);
-        let attempts = AttemptColumns::of(&ordered);
-        let (later_ids, later) = rescheduled(&ordered);
-        let reported: Vec<(&ClaimedRow, &ProviderReport)> = ordered
-            .iter()
-            .copied()
-            .filter_map(|(r, s)| match s {
-                Settlement::Report(report) => Some((r, report)),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(finals.id.len() + later.len() + reported.len(), batch.len());
-        let mut unique: Vec<Uuid> = batch.iter().map(|(r, _)| r.payout.transfer_id).collect();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            batch.len(),
+        assert!(
+            ordered
+                .windows(2)
+                .all(|w| w[0].0.payout.transfer_id < w[1].0.payout.transfer_id),
             "a row appears at most once in a batch"
         );
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                let final_stmt = tx.prepare_cached(SETTLE_FINAL).await?;
-                let finals_run = async {
-                    if finals.id.is_empty() {
-                        return Ok(Vec::new());
-                    }
-                    tx.query(
-                        &final_stmt,
-                        &[
-                            &finals.id,
-                            &finals.attempt,
-                            &finals.status,
-                            &finals.reference,
-                            &finals.reason,
-                        ],
-                    )
-                    .await
-                };
-                let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
-                let later_run = later.run(&tx, &RESCHEDULE, &later_keys);
-                let record_stmt = tx.prepare_cached(RECORD_ATTEMPTS).await?;
-                let record_params: [&(dyn ToSql + Sync); 4] = [
-                    &attempts.id,
-                    &attempts.attempt,
-                    &attempts.outcome,
-                    &attempts.detail,
-                ];
-                let record_run = async {
-                    if attempts.id.is_empty() {
-                        return Ok(0);
-                    }
-                    tx.execute(&record_stmt, &record_params).await
-                };
-                // One round trip: Postgres runs them in the order sent.
-                let (done, rescheduled, recorded) =
-                    futures::join!(finals_run, later_run, record_run);
-                let (done, rescheduled) = (done?, rescheduled?);
-                recorded?;
-
-                let mut held = std::collections::HashSet::with_capacity(batch.len());
-                let mut events = Vec::new();
-                let mut creation_to_final = Vec::new();
-                let mut held_rows = 0;
-                for row in &done {
-                    if let Some(ids) = row.get::<_, Option<Vec<Uuid>>>("held") {
-                        held_rows += 1;
-                        held.extend(ids);
-                    } else {
-                        let transfer = super::transfers::transfer_from_row(row)?;
-                        assert!(transfer.status.is_final(), "a settled transfer is final");
-                        assert_eq!(
-                            transfer.status_sequence, 1,
-                            "a pending transfer's first change"
-                        );
-                        // A clock behind the creating engine's reads as 0.
-                        creation_to_final.push(
-                            (transfer.updated_at - transfer.created_at)
-                                .to_std()
-                                .unwrap_or_default(),
-                        );
-                        events.push(NewEvent::of_change(&transfer));
-                    }
-                }
+                let held = settle_queue(&tx, &ordered).await?;
+                let reports: Vec<(Uuid, ProviderReport)> = ordered
+                    .iter()
+                    .filter_map(|(r, s)| match s {
+                        Settlement::Report(report) if held.done.contains(&r.payout.transfer_id) => {
+                            Some((r.payout.transfer_id, report.clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
                 assert_eq!(
-                    held_rows,
-                    usize::from(!finals.id.is_empty()),
-                    "one row lists the held rows of the final settlements"
+                    reports.len(),
+                    held.done.len(),
+                    "only a reported row is done"
                 );
+                let applied = if reports.is_empty() {
+                    status::Applied::default()
+                } else {
+                    status::apply(&tx, reports, Source::Relay, poll_after).await?
+                };
                 assert!(
-                    events.iter().all(|e| held.contains(&e.transfer_id)),
+                    applied.changed.iter().all(|t| held.done.contains(&t.id)),
                     "only a row still held changes its transfer"
                 );
-                let mut deliveries = super::webhooks::insert_events(&tx, &events).await?;
-                let mut changed: Vec<Uuid> = events.iter().map(|e| e.transfer_id).collect();
-                if !reported.is_empty() {
-                    let ids: Vec<Uuid> =
-                        reported.iter().map(|(r, _)| r.payout.transfer_id).collect();
-                    let attempts: Vec<i32> = reported.iter().map(|(r, _)| r.attempt).collect();
-                    let stmt = tx.prepare_cached(SETTLE_REPORTED).await?;
-                    let still_held: std::collections::HashSet<Uuid> = tx
-                        .query(&stmt, &[&ids, &attempts])
-                        .await?
-                        .iter()
-                        .map(|r| r.get(0))
-                        .collect();
-                    let reports = reported
-                        .iter()
-                        .filter(|(r, _)| still_held.contains(&r.payout.transfer_id))
-                        .map(|(r, report)| (r.payout.transfer_id, (*report).clone()))
-                        .collect();
-                    let applied =
-                        super::status::apply(&tx, reports, Source::Relay, poll_after).await?;
-                    held.extend(still_held);
-                    creation_to_final.extend(applied.creation_to_final);
-                    deliveries += applied.deliveries;
-                    changed.extend(applied.changed.iter().map(|t| t.id));
-                }
+                assert!(
+                    applied.unknown.is_empty(),
+                    "an outbox row's transfer exists"
+                );
                 tx.commit().await?;
-                for r in &rescheduled {
-                    let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
-                    let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
-                    assert_eq!(
-                        claimed.map(|(c, _)| c.attempt),
-                        Some(attempts),
-                        "a settled row carries its claim's fencing token"
-                    );
-                    held.insert(id);
-                }
                 Ok(SettleReport {
                     held: batch
                         .iter()
                         .map(|(r, _)| held.contains(&r.payout.transfer_id))
                         .collect(),
-                    changed,
-                    creation_to_final,
-                    deliveries,
+                    changed: applied.changed.iter().map(|t| t.id).collect(),
+                    creation_to_final: applied.creation_to_final,
+                    deliveries: applied.deliveries,
                 })
             })
             .await
@@ -568,38 +433,86 @@ impl OutboxStore {
     }
 }
 
-/// The final settlements of a batch, one array per column.
-#[derive(Default)]
-struct FinalColumns<'a> {
-    id: Vec<Uuid>,
-    attempt: Vec<i32>,
-    status: Vec<&'static str>,
-    reference: Vec<Option<&'a str>>,
-    reason: Vec<Option<&'a str>>,
+/// The rows of a batch still held under their claims after the queue's
+/// part of a settlement.
+struct Held {
+    /// Reported rows, deleted: their reports are applied.
+    done: HashSet<Uuid>,
+    /// Rows due again later, or dead.
+    rescheduled: HashSet<Uuid>,
 }
 
-impl<'a> FinalColumns<'a> {
-    fn of(batch: &[&'a (ClaimedRow, Settlement)]) -> Self {
-        let mut c = Self::default();
-        for &(row, settlement) in batch {
-            if let Settlement::Final {
-                status,
-                provider_reference,
-                failure_reason,
-            } = settlement
-            {
-                assert!(status.is_final(), "a final settlement has a final status");
-                c.id.push(row.payout.transfer_id);
-                c.attempt.push(row.attempt);
-                c.status.push(status.as_str());
-                c.reference
-                    .push(provider_reference.as_ref().map(ProviderText::as_str));
-                c.reason
-                    .push(failure_reason.as_ref().map(ProviderText::as_str));
-            }
-        }
-        c
+impl Held {
+    fn contains(&self, id: &Uuid) -> bool {
+        self.done.contains(id) || self.rescheduled.contains(id)
     }
+}
+
+/// The queue's part of a settlement, in `tx` and one round trip (Postgres
+/// runs pipelined statements in the order sent): deletes the reported rows
+/// and reschedules the others, each only while held under its claim (the
+/// fencing token), and records the calls. Answers which rows were held.
+async fn settle_queue(
+    tx: &deadpool_postgres::Transaction<'_>,
+    batch: &[&(ClaimedRow, Settlement)],
+) -> Result<Held, StoreError> {
+    let (done_ids, done_attempts): (Vec<Uuid>, Vec<i32>) = batch
+        .iter()
+        .filter(|(_, s)| matches!(s, Settlement::Report(_)))
+        .map(|(r, _)| (r.payout.transfer_id, r.attempt))
+        .unzip();
+    let (later_ids, later) = rescheduled(batch);
+    assert_eq!(
+        done_ids.len() + later.len(),
+        batch.len(),
+        "each row is done or due again"
+    );
+    let attempts = AttemptColumns::of(batch);
+    let complete_stmt = tx.prepare_cached(&COMPLETE).await?;
+    let record_stmt = tx.prepare_cached(RECORD_ATTEMPTS).await?;
+    let complete = async {
+        if done_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        tx.query(&complete_stmt, &[&done_ids, &done_attempts]).await
+    };
+    let later_keys: [&(dyn ToSql + Sync); 1] = [&later_ids];
+    let reschedule = later.run(tx, &RESCHEDULE, &later_keys);
+    let record_params: [&(dyn ToSql + Sync); 4] = [
+        &attempts.id,
+        &attempts.attempt,
+        &attempts.outcome,
+        &attempts.detail,
+    ];
+    let record = async {
+        if attempts.id.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&record_stmt, &record_params).await
+    };
+    let (completed, rescheduled, recorded) = futures::join!(complete, reschedule, record);
+    let (completed, rescheduled) = (completed?, rescheduled?);
+    recorded?;
+    let done: HashSet<Uuid> = completed.iter().map(|r| r.get(0)).collect();
+    assert!(
+        done.len() <= done_ids.len(),
+        "a done row is one of the batch's"
+    );
+    let mut held_later = HashSet::with_capacity(rescheduled.len());
+    for r in &rescheduled {
+        let (id, attempts): (Uuid, i32) = (r.get(0), r.get(1));
+        let claimed = batch.iter().find(|(c, _)| c.payout.transfer_id == id);
+        assert_eq!(
+            claimed.map(|(c, _)| c.attempt),
+            Some(attempts),
+            "a settled row carries its claim's fencing token"
+        );
+        held_later.insert(id);
+    }
+    Ok(Held {
+        done,
+        rescheduled: held_later,
+    })
 }
 
 /// Every call of a batch as `provider_attempts` keeps it.
@@ -615,23 +528,21 @@ impl<'a> AttemptColumns<'a> {
     fn of(batch: &[&'a (ClaimedRow, Settlement)]) -> Self {
         let mut c = Self::default();
         for &(row, settlement) in batch {
-            if row.attempt == 1 && matches!(settlement, Settlement::Final { .. }) {
-                continue;
-            }
             let (outcome, detail) = match settlement {
-                Settlement::Final {
-                    status: TransferStatus::Succeeded,
-                    provider_reference,
-                    ..
-                } => ("succeeded", provider_reference.as_ref()),
-                Settlement::Final { failure_reason, .. } => ("declined", failure_reason.as_ref()),
+                // A first claim's final answer: its status change tells it.
+                Settlement::Report(
+                    ProviderReport::Succeeded { .. } | ProviderReport::Declined { .. },
+                ) if row.attempt == 1 => continue,
+                Settlement::Report(report @ ProviderReport::Declined { reason }) => {
+                    (report.reported(), Some(reason))
+                }
+                Settlement::Report(report) => (report.reported(), report.reference()),
                 Settlement::Retry {
                     error,
                     ambiguous: false,
                     ..
                 } => ("error, retried", Some(error)),
                 Settlement::Retry { error, .. } => ("outcome unknown, retried", Some(error)),
-                Settlement::Report(report) => (report.reported(), report.reference()),
                 Settlement::Dead { error, .. } => ("dead-lettered", Some(error)),
             };
             c.id.push(row.payout.transfer_id);
@@ -650,7 +561,7 @@ fn rescheduled<'a>(batch: &[&'a (ClaimedRow, Settlement)]) -> (Vec<Uuid>, Resche
     let mut r = Reschedule::default();
     for &(row, settlement) in batch {
         let (delay, error, ambiguous) = match settlement {
-            Settlement::Final { .. } | Settlement::Report(_) => continue,
+            Settlement::Report(_) => continue,
             Settlement::Retry {
                 delay,
                 error,

@@ -40,12 +40,6 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| POLLS.claim_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| POLLS.reschedule_sql());
 static RELEASE: LazyLock<String> = LazyLock::new(|| POLLS.release_sql());
 
-/// Deletes the polls of transfers that no longer wait for an outcome (a
-/// report that found its transfer already final).
-const END_STALE: &str = "
-DELETE FROM provider_polls p USING transfers t
-WHERE p.transfer_id = ANY ($1::uuid[]) AND t.id = p.transfer_id AND t.status NOT IN ('pending', 'processing')";
-
 /// A lookup this process now holds until its lease runs out.
 #[derive(Debug, Clone)]
 pub struct PollRow {
@@ -140,7 +134,6 @@ impl PollStore {
                 PollOutcome::Again { .. } => None,
             })
             .collect();
-        let reported: Vec<Uuid> = reports.iter().map(|(id, _)| *id).collect();
         let mut again_ids = Vec::new();
         let mut again = Reschedule::default();
         for (row, outcome) in batch {
@@ -162,11 +155,9 @@ impl PollStore {
                 } else {
                     // Its poll_after is unused: a lookup never reports
                     // `processing` as a change (the transfer already is).
-                    let applied =
-                        super::status::apply(&tx, reports, Source::Poll, Duration::ZERO).await?;
-                    let stmt = tx.prepare_cached(END_STALE).await?;
-                    tx.execute(&stmt, &[&reported]).await?;
-                    applied
+                    // The status machine ends the polls of transfers that
+                    // are final, the ones found final already included.
+                    super::status::apply(&tx, reports, Source::Poll, Duration::ZERO).await?
                 };
                 let keys: [&(dyn ToSql + Sync); 1] = [&again_ids];
                 again.run(&tx, &RESCHEDULE, &keys).await?;

@@ -273,6 +273,21 @@ RETURNING {qkeys}, q.attempts",
         )
     }
 
+    /// Deletes the rows whose work is done, each only while still held
+    /// under its claim; answers the keys of those deleted. Inputs: the key
+    /// columns, then the claim's attempt.
+    pub fn complete_sql(&self) -> String {
+        let (inputs, names) = self.unnest(&[("attempt", "int4")]);
+        format!(
+            "DELETE FROM {t} q USING UNNEST({inputs}) AS i({names})
+WHERE {imatch} AND q.attempts = i.attempt
+RETURNING {qkeys}",
+            t = self.table,
+            imatch = self.key_match("q", "i"),
+            qkeys = self.keys("q"),
+        )
+    }
+
     /// Gives back rows claimed and never worked on (a drain): due at once
     /// and without a lease, so the next claim does not take them for
     /// reclaimed, and the claim is not charged to the retry budget. Each

@@ -1,21 +1,30 @@
-//! Status changes from provider reports, in the caller's transaction. A
-//! report moves a transfer only along the allowed changes
-//! ([`TransferStatus::may_become`]), by an `UPDATE` conditional on the
-//! statuses allowed before it (and the migration's trigger refuses any
-//! other change), so a notification, a poll and the relay racing on one
-//! transfer can never move it backwards or out of a final status. Each
-//! change raises the transfer's `status_sequence`, writes its event, and
-//! moves its work: a transfer now `processing` is polled, a final one
-//! leaves the outbox and the polls.
+//! The status machine: the only writer of `transfers.status` after a
+//! creation, and the only maker of status events. Every report, whatever
+//! brought it (the relay's call or lookup, a signed notification, a poll),
+//! is applied here, in the caller's transaction. A report moves a transfer
+//! only along the allowed changes ([`TransferStatus::may_become`]), by an
+//! `UPDATE` conditional on the statuses allowed before it, generated from
+//! that one function (and the migration's trigger refuses any other
+//! change; a test checks the two agree), so a notification, a poll and the
+//! relay racing on one transfer can never move it backwards or out of a
+//! final status. Each change raises the transfer's `status_sequence`,
+//! writes its event, and moves its work: a transfer now `processing` is
+//! polled, a final one leaves the outbox and the polls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use super::webhooks::WEBHOOK_CHANNEL;
 use super::StoreError;
 use crate::domain::webhook::NewEvent;
 use crate::domain::{Effect, ProviderReport, ProviderText, Transfer, TransferStatus};
+
+/// The caller's transaction.
+type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
 /// Where a report came from, as anomalies record it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +73,9 @@ pub struct Applied {
 /// before (none for an unknown transfer) and its place in the batch:
 /// two lists rather than a join of the two CTEs, which a prepared
 /// statement's generic plan (a CTE taken for one row) turns into a nested
-/// loop quadratic in the batch.
-const CHANGE: &str = "
+/// loop quadratic in the batch. `{allowed_before}` is filled in by
+/// [`allowed_before_case`].
+const CHANGE_TEMPLATE: &str = "
 WITH i AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[])
         WITH ORDINALITY AS i(id, status, reference, reason, n)
@@ -78,17 +88,61 @@ WITH i AS (
         status_sequence = t.status_sequence + 1,
         updated_at = now()
     FROM i
-    WHERE t.id = i.id AND t.status = ANY (CASE i.status
-        WHEN 'processing' THEN ARRAY['pending']
-        WHEN 'succeeded' THEN ARRAY['pending', 'processing']
-        WHEN 'failed' THEN ARRAY['pending', 'processing']
-        WHEN 'returned' THEN ARRAY['succeeded'] END)
+    WHERE t.id = i.id AND t.status = ANY ({allowed_before})
     RETURNING t.*
 )
 SELECT c.*, NULL::uuid AS reported_id, NULL::text AS status_then, NULL::int8 AS n FROM changed c
 UNION ALL
 SELECT (NULL::transfers).*, i.id, before.status, i.n
 FROM i LEFT JOIN transfers before ON before.id = i.id";
+
+/// [`CHANGE_TEMPLATE`] with the allowed changes spelled out.
+static CHANGE: LazyLock<String> =
+    LazyLock::new(|| CHANGE_TEMPLATE.replace("{allowed_before}", &allowed_before_case()));
+
+/// For the reported status `i.status`, the statuses a transfer may have
+/// before it, as SQL: [`TransferStatus::allowed_before`] for each status
+/// a change may lead to (`NULL`, which matches nothing, for any other).
+fn allowed_before_case() -> String {
+    let mut sql = String::from("CASE i.status");
+    for next in TransferStatus::ALL {
+        let before: Vec<String> = next
+            .allowed_before()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        if !before.is_empty() {
+            sql += &format!(
+                " WHEN '{}' THEN ARRAY[{}]",
+                next.as_str(),
+                before.join(", ")
+            );
+        }
+    }
+    sql + " END"
+}
+
+/// Writes one event per status change, and one delivery per live endpoint
+/// of its client; wakes the delivery workers (on commit) when it wrote any,
+/// in the same statement. Answers the number of deliveries written.
+const INSERT_EVENTS: &str = "
+WITH e AS (
+    INSERT INTO webhook_events (client_id, id, transfer_id, type, body, created_at)
+    SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
+    RETURNING client_id, id
+), d AS (
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, client_id)
+    SELECT e.id, ep.id, e.client_id FROM e
+    JOIN webhook_endpoints ep ON ep.client_id = e.client_id
+        AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL
+    RETURNING 1
+), n AS (SELECT count(*) AS n FROM d)
+SELECT n.n FROM n LEFT JOIN LATERAL (SELECT pg_notify($7, '') WHERE n.n > 0) wake ON true";
+
+/// The statements every settlement of the relay runs, for a warm-up to
+/// prepare.
+pub(super) fn statements() -> [&'static str; 2] {
+    [CHANGE.as_str(), INSERT_EVENTS]
+}
 
 /// Transfers now `processing` are looked up from `$2` seconds on.
 const START_POLLS: &str = "
@@ -122,13 +176,54 @@ SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
 /// Applies `reports` in `tx`: every allowed change, its event and its
 /// work; anomalies kept. A batch may hold several reports about one
 /// transfer, in any order: they are applied in the order of a transfer's
-/// life, one step of the status machine per statement.
+/// life, one step of the status machine per statement. The relay passes
+/// only reports whose outbox rows it still held (and has deleted, under
+/// their fencing tokens, in `tx`).
 pub(super) async fn apply(
-    tx: &deadpool_postgres::Transaction<'_>,
+    tx: &Tx<'_>,
     reports: Vec<(Uuid, ProviderReport)>,
     source: Source,
     poll_after: Duration,
 ) -> Result<Applied, StoreError> {
+    let rounds = rounds_of(reports);
+    if source != Source::Relay {
+        lock_work(tx, &rounds).await?;
+    }
+    let mut applied = Applied::default();
+    let mut anomalies = Anomalies::default();
+    let mut unknown = HashSet::new();
+    // Reported transfers that need no more work: changed to a final status,
+    // or found final already (a late report about one still polled).
+    let mut finished = Vec::new();
+    for round in &rounds {
+        change(
+            tx,
+            round,
+            source,
+            &mut applied,
+            &mut anomalies,
+            &mut unknown,
+            &mut finished,
+        )
+        .await?;
+    }
+    applied.unknown = unknown.into_iter().collect();
+    applied.anomalies = anomalies.id.len();
+    let steps: usize = rounds.iter().map(Vec::len).sum();
+    assert!(
+        applied.changed.len() + applied.late + applied.anomalies <= steps,
+        "a report is counted once"
+    );
+    finished.sort_unstable();
+    finished.dedup();
+    effects(tx, &mut applied, &anomalies, &finished, poll_after).await?;
+    Ok(applied)
+}
+
+/// Splits reports into rounds, each with at most one step per transfer:
+/// the `n`th round holds each transfer's `n`th step in the order of its
+/// life (a `returned` that overtook its `succeeded` is two steps).
+fn rounds_of(reports: Vec<(Uuid, ProviderReport)>) -> Vec<Vec<(Uuid, ProviderReport)>> {
     let mut steps: Vec<(Uuid, ProviderReport)> = reports
         .into_iter()
         .flat_map(|(id, r)| r.steps().into_iter().map(move |s| (id, s)))
@@ -146,113 +241,154 @@ pub(super) async fn apply(
         rounds[*n].push((id, report));
         *n += 1;
     }
-
-    let mut applied = Applied::default();
-    let mut anomalies = Anomalies::default();
-    let mut unknown = std::collections::HashSet::new();
-    if source != Source::Relay {
-        // The relay has already locked (deleted) its own outbox rows.
-        let mut ids: Vec<Uuid> = rounds.iter().flatten().map(|(id, _)| *id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let (outbox, polls) = (
-            tx.prepare_cached(LOCK_OUTBOX).await?,
-            tx.prepare_cached(LOCK_POLLS).await?,
-        );
-        // One round trip: pipelined, and run by Postgres in the order sent
-        // (outbox rows first, as the relay takes them).
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
-        futures::try_join!(tx.query(&outbox, &params), tx.query(&polls, &params))?;
-    }
-    let stmt = tx.prepare_cached(CHANGE).await?;
     for round in &rounds {
-        let ids: Vec<Uuid> = round.iter().map(|(id, _)| *id).collect();
-        let status: Vec<&str> = round.iter().map(|(_, r)| r.status().as_str()).collect();
-        let reference: Vec<Option<&str>> = round
-            .iter()
-            .map(|(_, r)| r.reference().map(ProviderText::as_str))
-            .collect();
-        let reason: Vec<Option<&str>> = round
-            .iter()
-            .map(|(_, r)| r.reason().map(ProviderText::as_str))
-            .collect();
-        let rows = tx
-            .query(&stmt, &[&ids, &status, &reference, &reason])
-            .await?;
-        let mut now_changed = std::collections::HashMap::new();
-        let mut reports = Vec::with_capacity(round.len());
-        for row in &rows {
-            match row.get::<_, Option<i64>>("n") {
-                Some(n) => reports.push((n, row)),
-                None => {
-                    now_changed.insert(row.get::<_, Uuid>("id"), row);
-                }
-            }
-        }
-        reports.sort_unstable_by_key(|(n, _)| *n);
-        assert_eq!(reports.len(), round.len(), "one answer per report");
-        for ((_, row), (id, report)) in reports.into_iter().zip(round) {
-            assert_eq!(row.get::<_, Uuid>("reported_id"), *id);
-            let Some(then) = row.get::<_, Option<String>>("status_then") else {
-                unknown.insert(*id);
-                continue;
-            };
-            let then = TransferStatus::parse(&then)
-                .ok_or_else(|| StoreError::Corrupt(format!("status {then}")))?;
-            if let Some(row) = now_changed.remove(id) {
-                let transfer = super::transfers::transfer_from_row(row)?;
-                assert!(
-                    then.may_become(transfer.status),
-                    "a status change is an allowed one"
-                );
-                if matches!(
-                    transfer.status,
-                    TransferStatus::Succeeded | TransferStatus::Failed
-                ) {
-                    // A clock behind the creating engine's reads as 0.
-                    applied.creation_to_final.push(
-                        (transfer.updated_at - transfer.created_at)
-                            .to_std()
-                            .unwrap_or_default(),
-                    );
-                }
-                applied.changed.push(transfer);
-            } else {
-                // Another transaction moved the row first: a `Change` by
-                // the status read before is a report that lost the race.
-                match report.effect(then) {
-                    Effect::Anomaly => anomalies.push(*id, then, report, source),
-                    Effect::Late | Effect::Change => applied.late += 1,
-                }
-            }
-        }
-        assert!(now_changed.is_empty(), "every change answers a report");
+        let ids: HashSet<Uuid> = round.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids.len(), round.len(), "a round changes a transfer once");
     }
-    applied.unknown = unknown.into_iter().collect();
-    applied.anomalies = anomalies.id.len();
+    rounds
+}
 
+/// Locks the work rows of the batch's transfers before any transfer, in
+/// the order the relay takes them (see [`LOCK_OUTBOX`]). The relay has
+/// already locked (deleted) its own outbox rows, and the transfers' polls
+/// after them, never before: no one holds a poll waiting for a row it has.
+async fn lock_work(tx: &Tx<'_>, rounds: &[Vec<(Uuid, ProviderReport)>]) -> Result<(), StoreError> {
+    let mut ids: Vec<Uuid> = rounds.iter().flatten().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let (outbox, polls) = (
+        tx.prepare_cached(LOCK_OUTBOX).await?,
+        tx.prepare_cached(LOCK_POLLS).await?,
+    );
+    // One round trip: pipelined, and run by Postgres in the order sent
+    // (outbox rows first, as the relay takes them).
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    futures::try_join!(tx.query(&outbox, &params), tx.query(&polls, &params))?;
+    Ok(())
+}
+
+/// One round: one `CHANGE` statement, each report then sorted into a
+/// change, a late report, an anomaly or an unknown transfer.
+async fn change(
+    tx: &Tx<'_>,
+    round: &[(Uuid, ProviderReport)],
+    source: Source,
+    applied: &mut Applied,
+    anomalies: &mut Anomalies,
+    unknown: &mut HashSet<Uuid>,
+    finished: &mut Vec<Uuid>,
+) -> Result<(), StoreError> {
+    let stmt = tx.prepare_cached(&CHANGE).await?;
+    let ids: Vec<Uuid> = round.iter().map(|(id, _)| *id).collect();
+    let status: Vec<&str> = round.iter().map(|(_, r)| r.status().as_str()).collect();
+    let reference: Vec<Option<&str>> = round
+        .iter()
+        .map(|(_, r)| r.reference().map(ProviderText::as_str))
+        .collect();
+    let reason: Vec<Option<&str>> = round
+        .iter()
+        .map(|(_, r)| r.reason().map(ProviderText::as_str))
+        .collect();
+    let rows = tx
+        .query(&stmt, &[&ids, &status, &reference, &reason])
+        .await?;
+    let mut now_changed = HashMap::new();
+    let mut reports = Vec::with_capacity(round.len());
+    for row in &rows {
+        match row.get::<_, Option<i64>>("n") {
+            Some(n) => reports.push((n, row)),
+            None => {
+                now_changed.insert(row.get::<_, Uuid>("id"), row);
+            }
+        }
+    }
+    reports.sort_unstable_by_key(|(n, _)| *n);
+    assert_eq!(reports.len(), round.len(), "one answer per report");
+    for ((_, row), (id, report)) in reports.into_iter().zip(round) {
+        assert_eq!(row.get::<_, Uuid>("reported_id"), *id);
+        let Some(then) = row.get::<_, Option<String>>("status_then") else {
+            unknown.insert(*id);
+            continue;
+        };
+        let then = TransferStatus::parse(&then)
+            .ok_or_else(|| StoreError::Corrupt(format!("status {then}")))?;
+        if let Some(row) = now_changed.remove(id) {
+            let transfer = super::transfers::transfer_from_row(row)?;
+            assert!(
+                then.may_become(transfer.status),
+                "a status change is an allowed one"
+            );
+            assert_eq!(
+                transfer.status,
+                report.status(),
+                "a change is to the reported status"
+            );
+            if transfer.status.is_final() {
+                finished.push(transfer.id);
+            }
+            if matches!(
+                transfer.status,
+                TransferStatus::Succeeded | TransferStatus::Failed
+            ) {
+                // A clock behind the creating engine's reads as 0.
+                applied.creation_to_final.push(
+                    (transfer.updated_at - transfer.created_at)
+                        .to_std()
+                        .unwrap_or_default(),
+                );
+            }
+            applied.changed.push(transfer);
+        } else {
+            // Another transaction moved the row first: a `Change` by the
+            // status read before is a report that lost the race.
+            if then.is_final() {
+                finished.push(*id);
+            }
+            match report.effect(then) {
+                Effect::Anomaly => anomalies.push(*id, then, report, source),
+                Effect::Late | Effect::Change => applied.late += 1,
+            }
+        }
+    }
+    assert!(now_changed.is_empty(), "every change answers a report");
+    Ok(())
+}
+
+/// What the changes of a batch bring about, in one round trip (pipelined,
+/// none depending on another): polls for transfers now `processing`, no
+/// more work for finished ones, the anomalies, and one event per change.
+async fn effects(
+    tx: &Tx<'_>,
+    applied: &mut Applied,
+    anomalies: &Anomalies,
+    finished: &[Uuid],
+    poll_after: Duration,
+) -> Result<(), StoreError> {
     let processing: Vec<Uuid> = applied
         .changed
         .iter()
         .filter(|t| t.status == TransferStatus::Processing)
         .map(|t| t.id)
         .collect();
-    let finished: Vec<Uuid> = applied
-        .changed
-        .iter()
-        .filter(|t| t.status.is_final())
-        .map(|t| t.id)
-        .collect();
-    if !processing.is_empty() {
+    let poll_after = poll_after.as_secs_f64();
+    let start_polls = async {
+        if processing.is_empty() {
+            return Ok(0);
+        }
         let stmt = tx.prepare_cached(START_POLLS).await?;
-        tx.execute(&stmt, &[&processing, &poll_after.as_secs_f64()])
-            .await?;
-    }
-    if !finished.is_empty() {
+        tx.execute(&stmt, &[&processing, &poll_after]).await
+    };
+    let end_work = async {
+        if finished.is_empty() {
+            return Ok(0);
+        }
         let stmt = tx.prepare_cached(END_WORK).await?;
-        tx.execute(&stmt, &[&finished]).await?;
-    }
-    if !anomalies.id.is_empty() {
+        tx.execute(&stmt, &[&finished]).await
+    };
+    let keep_anomalies = async {
+        if anomalies.id.is_empty() {
+            return Ok(0);
+        }
         let stmt = tx.prepare_cached(INSERT_ANOMALIES).await?;
         tx.execute(
             &stmt,
@@ -265,11 +401,62 @@ pub(super) async fn apply(
                 &anomalies.source,
             ],
         )
-        .await?;
-    }
+        .await
+    };
     let events: Vec<NewEvent> = applied.changed.iter().map(NewEvent::of_change).collect();
-    applied.deliveries = super::webhooks::insert_events(tx, &events).await?;
-    Ok(applied)
+    let (started, _, kept, deliveries) = futures::try_join!(
+        start_polls,
+        end_work,
+        keep_anomalies,
+        insert_events(tx, &events)
+    )?;
+    assert!(
+        started <= processing.len() as u64,
+        "at most one poll per transfer"
+    );
+    assert_eq!(kept, anomalies.id.len() as u64, "every anomaly is kept");
+    applied.deliveries = deliveries;
+    Ok(())
+}
+
+/// Writes the events of a batch's status changes, in `tx`; answers the
+/// number of deliveries written.
+async fn insert_events(tx: &Tx<'_>, events: &[NewEvent]) -> Result<i64, tokio_postgres::Error> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let mut client_id = Vec::with_capacity(events.len());
+    let mut id = Vec::with_capacity(events.len());
+    let mut transfer_id = Vec::with_capacity(events.len());
+    let mut kind = Vec::with_capacity(events.len());
+    let mut body = Vec::with_capacity(events.len());
+    let mut created_at = Vec::with_capacity(events.len());
+    for e in events {
+        client_id.push(e.client_id);
+        id.push(e.id);
+        transfer_id.push(e.transfer_id);
+        kind.push(e.kind.as_str());
+        body.push(e.body.as_str());
+        created_at.push(e.created_at);
+    }
+    let stmt = tx.prepare_cached(INSERT_EVENTS).await?;
+    let row = tx
+        .query_one(
+            &stmt,
+            &[
+                &client_id,
+                &id,
+                &transfer_id,
+                &kind,
+                &body,
+                &created_at,
+                &WEBHOOK_CHANNEL,
+            ],
+        )
+        .await?;
+    let deliveries: i64 = row.get(0);
+    assert!(deliveries >= 0);
+    Ok(deliveries)
 }
 
 /// A report's place in a transfer's life, for ordering one batch.
@@ -304,5 +491,53 @@ impl Anomalies {
         self.reason
             .push(report.reason().map(|r| r.as_str().to_owned()));
         self.source.push(source.as_str());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowed_changes_are_spelled_from_may_become() {
+        assert_eq!(
+            allowed_before_case(),
+            "CASE i.status WHEN 'processing' THEN ARRAY['pending'] \
+             WHEN 'succeeded' THEN ARRAY['pending', 'processing'] \
+             WHEN 'failed' THEN ARRAY['pending', 'processing'] \
+             WHEN 'returned' THEN ARRAY['succeeded'] END"
+        );
+        assert!(!CHANGE.contains("{allowed_before}"));
+    }
+
+    #[test]
+    fn reports_about_one_transfer_are_applied_in_the_order_of_its_life() {
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let returned = ProviderReport::Returned {
+            reference: None,
+            reason: ProviderText::clean("closed"),
+        };
+        let processing = ProviderReport::Processing { reference: None };
+        let rounds = rounds_of(vec![
+            (a, returned),
+            (b, processing.clone()),
+            (a, processing),
+        ]);
+        let statuses: Vec<Vec<(Uuid, TransferStatus)>> = rounds
+            .iter()
+            .map(|r| r.iter().map(|(id, r)| (*id, r.status())).collect())
+            .collect();
+        // `returned` is two steps (succeeded, then returned), after `processing`.
+        assert_eq!(
+            statuses,
+            vec![
+                vec![
+                    (a, TransferStatus::Processing),
+                    (b, TransferStatus::Processing)
+                ],
+                vec![(a, TransferStatus::Succeeded)],
+                vec![(a, TransferStatus::Returned)],
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::deliveries::{DELIVERIES, WEBHOOK_CHANNEL};
-use crate::domain::webhook::{EventType, NewEvent};
+use crate::domain::webhook::EventType;
 use crate::domain::ClientId;
 use crate::store::{Store, StoreError};
 
@@ -97,23 +97,6 @@ pub struct EventFilter {
     pub delivery: Option<DeliveryState>,
 }
 
-/// Writes one event per transfer that became final, and one delivery per
-/// live endpoint of its client, in the caller's transaction. Returns the
-/// number of deliveries written.
-pub(in crate::store) const INSERT_EVENTS: &str = "
-WITH e AS (
-    INSERT INTO webhook_events (client_id, id, transfer_id, type, body, created_at)
-    SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
-    RETURNING client_id, id
-), d AS (
-    INSERT INTO webhook_deliveries (event_id, endpoint_id, client_id)
-    SELECT e.id, ep.id, e.client_id FROM e
-    JOIN webhook_endpoints ep ON ep.client_id = e.client_id
-        AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL
-    RETURNING 1
-)
-SELECT count(*) FROM d";
-
 /// Deletes up to `$2` events made before `$1` (an id floor: event ids are
 /// UUID v7) with their delivery records, skipping any event that still has
 /// a delivery to make. `FOR UPDATE SKIP LOCKED` leaves alone an event that
@@ -132,44 +115,6 @@ WITH old AS (
     DELETE FROM webhook_deliveries d USING old WHERE d.event_id = old.id
 )
 DELETE FROM webhook_events e USING old WHERE e.id = old.id";
-
-/// Writes the events of transfers that just became final, in `tx`.
-pub(in crate::store) async fn insert_events(
-    tx: &deadpool_postgres::Transaction<'_>,
-    events: &[NewEvent],
-) -> Result<i64, StoreError> {
-    if events.is_empty() {
-        return Ok(0);
-    }
-    let mut client_id = Vec::with_capacity(events.len());
-    let mut id = Vec::with_capacity(events.len());
-    let mut transfer_id = Vec::with_capacity(events.len());
-    let mut kind = Vec::with_capacity(events.len());
-    let mut body = Vec::with_capacity(events.len());
-    let mut created_at = Vec::with_capacity(events.len());
-    for e in events {
-        client_id.push(e.client_id);
-        id.push(e.id);
-        transfer_id.push(e.transfer_id);
-        kind.push(e.kind.as_str());
-        body.push(e.body.as_str());
-        created_at.push(e.created_at);
-    }
-    let stmt = tx.prepare_cached(INSERT_EVENTS).await?;
-    let row = tx
-        .query_one(
-            &stmt,
-            &[&client_id, &id, &transfer_id, &kind, &body, &created_at],
-        )
-        .await?;
-    let deliveries: i64 = row.get(0);
-    if deliveries > 0 {
-        // Delivered on COMMIT: no worker looks before the rows are visible.
-        tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
-            .await?;
-    }
-    Ok(deliveries)
-}
 
 /// The deliveries of `events`, each with its event's id, by endpoint.
 pub(in crate::store) async fn deliveries_of(

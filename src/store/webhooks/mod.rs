@@ -1,6 +1,6 @@
 //! Webhook endpoints, events and deliveries, each with a store handle of
-//! its own. Events are written inside the relay's settlement transaction
-//! ([`insert_events`]); deliveries are a leased queue ([`DELIVERIES`],
+//! its own. Events are written by the status machine (`store::status`) in
+//! the transaction of the change they announce; deliveries are a leased queue ([`DELIVERIES`],
 //! `store::queue`) like the outbox, claimed fairly by endpoint and client.
 
 mod deliveries;
@@ -12,7 +12,5 @@ pub use deliveries::{
     WEBHOOK_CHANNEL,
 };
 pub use endpoints::{Endpoint, EndpointRefused, EndpointStore};
-pub(in crate::store) use events::{
-    deliveries_of, insert_events, requeue_deliveries, INSERT_EVENTS,
-};
+pub(in crate::store) use events::{deliveries_of, requeue_deliveries};
 pub use events::{DeliveryRecord, DeliveryState, EventFilter, EventPage, EventRecord, EventStore};

@@ -13,6 +13,7 @@ pub mod reaper;
 pub mod relay;
 pub mod shard;
 pub mod sim;
+pub mod started;
 pub mod startup;
 pub mod store;
 pub mod sync;

@@ -11,13 +11,12 @@ use actix_web::{middleware::from_fn, web, App, HttpServer};
 use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::console::ConsoleState;
-use crate::queue::worker::{Drain, Worker};
 use crate::reaper::Reaper;
-use crate::relay::{LagGate, Relay, RelayNudge};
+use crate::relay::{LagGate, RelayHandle, RelayNudge};
 use crate::shard::{ShardLimits, ShardRouter};
+use crate::started::{Parts, Started};
 use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
-use crate::webhook::delivery::DeliveryWork;
 
 /// A built, bound, not yet awaited engine.
 pub struct Application {
@@ -26,14 +25,9 @@ pub struct Application {
     handle: ServerHandle,
     reaper: Addr<Reaper>,
     store: Store,
-    /// Threads of the shards, reaper and relay; stopped when this is dropped.
-    arbiters: Vec<Arbiter>,
-    /// The relay, drained when the server stops.
-    relay: Option<Addr<Relay>>,
-    /// The poller, drained with the relay.
-    poller: Option<Addr<Worker<crate::outcome::poller::PollWork>>>,
-    /// The webhook delivery worker, drained after the relay.
-    deliveries: Option<Addr<Worker<DeliveryWork>>>,
+    /// Every part on a thread of its own: drained, then stopped (also when
+    /// this is dropped).
+    parts: Parts,
     /// `--shutdown-grace`.
     shutdown_grace: std::time::Duration,
 }
@@ -52,107 +46,51 @@ impl Application {
         let metrics = telemetry::metrics_handle();
         let store = Store::connect(&config.database)?;
         store.migrate().await?;
-        // Opened, and so driven, on this thread: only lookups of keys not
-        // yet in the authentication cache use them.
-        let auth = store.clone();
-        crate::warm::on(
-            actix::Arbiter::current(),
-            "the authentication pool",
-            async move { auth.warm_auth().await },
-        )
-        .await;
+        warm_auth(&store).await;
 
+        let mut parts = Parts::default();
         // The relay first: the shards hand it the rows they claim.
         let relay = crate::relay::start(&config, &store).await?;
-        let (shards, mut arbiters) = ShardRouter::start(
-            config.shards,
-            &store,
-            ShardLimits::from(&config),
-            config.coalesce_timeout,
-            relay.as_ref().map(|r| r.handoff.clone()),
-            relay.as_ref().map_or_else(LagGate::open, |r| r.lag.clone()),
-            RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
-        )
-        .await?;
-        let (deliveries, webhook_arbiter) = crate::webhook::start(&config, &store)?;
+        let shards = start_shards(&config, &store, relay.as_ref(), &mut parts).await?;
+        parts.extend(relay.map(|r| r.part));
+        parts.push(crate::webhook::start(&config, &store)?);
         let (reaper, reaper_arbiter) = crate::reaper::start(&config, &store);
+        parts.push(Started::thread("reaper", reaper_arbiter));
         let outcomes = crate::outcome::start(&config, &store)?;
-        arbiters.extend([webhook_arbiter, reaper_arbiter, outcomes.arbiter]);
-        let relay = relay.map(|r| {
-            arbiters.push(r.arbiter);
-            r.addr
-        });
-
-        // Revocations reach every process's cache over NOTIFY, and each
-        // process confirms, so `client revoke` returns once none trusts the key.
+        parts.push(outcomes.part);
         let auth_cache = Arc::new(AuthCache::new(
             config.auth_cache,
             config.auth_cache_ttl,
             config.auth_negative_cache,
             config.auth_negative_cache_ttl,
         ));
-        let listener_cache = auth_cache.clone();
-        let revocations = store.clone().listen_forever(
-            REVOKED_CHANNEL,
-            Some(REVOKED_ACK_CHANNEL),
-            move |heard| listener_cache.on_revocation(heard),
-        );
-        let listener_arbiter = Arbiter::new();
-        listener_arbiter.spawn(revocations);
-        arbiters.push(listener_arbiter);
+        parts.push(listen_for_revocations(&store, auth_cache.clone()));
 
-        let state = web::Data::new(AppState {
-            store: store.clone(),
+        let state = api_state(
+            &config,
+            &store,
             auth_cache,
             shards,
-            rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
-            body_limit: config.body_limit,
-            body_read_timeout: config.client_request_timeout,
-            readiness: ReadinessCache::new(config.readyz_cache_ttl),
-            webhook_policy: crate::webhook::address_policy(&config),
-            webhook_endpoints_max: config.webhooks.webhook_endpoints_max,
-            notifications: outcomes.intake,
+            outcomes.intake,
             metrics,
-        });
+        );
         // Off unless asked for: the console is a separate trust domain.
-        let console = config
-            .console
-            .console
-            .then(|| web::Data::new(ConsoleState::new(&config, &store)));
+        let console = (config.console.console).then(|| ConsoleState::new(&config, &store));
         let port = listener.local_addr()?.port();
-        let server = HttpServer::new(move || {
-            let app = App::new()
-                .app_data(state.clone())
-                .wrap(from_fn(api::observe));
-            match &console {
-                Some(console) => app
-                    .app_data(console.clone())
-                    .configure(crate::console::routes)
-                    .configure(api::routes),
-                None => app.configure(api::routes),
-            }
-        })
-        .workers(config.http_workers)
-        .max_connections(config.max_connections)
-        .client_request_timeout(config.client_request_timeout)
-        // Signals are the command line's to handle (`cli::signals`): every
-        // one of them stops gracefully, so in-flight flushes finish.
-        .disable_signals()
-        .shutdown_timeout(5)
-        .listen(listener)?
-        .run();
-        let handle = server.handle();
-        tracing::info!(port, shards = config.shards, "payrail serving");
+        let server = serve(&config, listener, state, console.map(web::Data::new))?;
+        tracing::info!(
+            port,
+            shards = config.shards,
+            parts = parts.len(),
+            "payrail serving"
+        );
         Ok(Self {
             port,
+            handle: server.handle(),
             server: Some(server),
-            handle,
             reaper,
             store,
-            arbiters,
-            relay,
-            poller: outcomes.poller,
-            deliveries: Some(deliveries),
+            parts,
             shutdown_grace: config.shutdown_grace,
         })
     }
@@ -177,41 +115,16 @@ impl Application {
         &self.store
     }
 
-    /// Serves until stopped, then drains the relay (no new claims; the
-    /// calls in flight finish and their outcomes are recorded, within
-    /// `--shutdown-grace`), then stops the actors' threads.
+    /// Serves until stopped, then drains the parts that hold work (the
+    /// relay and the poller: no new claims, the calls in flight finish and
+    /// their outcomes are recorded; then webhook deliveries), within
+    /// `--shutdown-grace`; the threads stop when this returns.
     pub async fn run_until_stopped(mut self) -> std::io::Result<()> {
         let served = match self.server.take() {
             Some(server) => server.await,
             None => Ok(()),
         };
-        // The relay first: its settlements write the events the delivery
-        // worker sends. Both within one grace.
-        let relay = self.relay.take();
-        let poller = self.poller.take();
-        let deliveries = self.deliveries.take();
-        let drain = async move {
-            let relay_drained = async {
-                if let Some(relay) = relay {
-                    let _ = relay.send(Drain).await;
-                    tracing::info!("relay drained: every call in flight was recorded");
-                }
-            };
-            let poller_drained = async {
-                if let Some(poller) = poller {
-                    let _ = poller.send(Drain).await;
-                }
-            };
-            futures::join!(relay_drained, poller_drained);
-            if let Some(deliveries) = deliveries {
-                let _ = deliveries.send(Drain).await;
-                tracing::info!("webhook deliveries drained");
-            }
-        };
-        if tokio::time::timeout(self.shutdown_grace, drain)
-            .await
-            .is_err()
-        {
+        if !self.parts.drain(self.shutdown_grace).await {
             tracing::warn!(
                 grace = ?self.shutdown_grace,
                 "not drained within --shutdown-grace; rows still held are taken over after their leases (outbox rows are looked up first)"
@@ -221,12 +134,105 @@ impl Application {
     }
 }
 
-impl Drop for Application {
-    fn drop(&mut self) {
-        for arbiter in &self.arbiters {
-            arbiter.stop();
+/// What every API handler reads.
+fn api_state(
+    config: &ServeConfig,
+    store: &Store,
+    auth_cache: Arc<AuthCache>,
+    shards: ShardRouter,
+    notifications: Option<crate::outcome::notifications::Intake>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> web::Data<AppState> {
+    web::Data::new(AppState {
+        store: store.clone(),
+        auth_cache,
+        shards,
+        rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
+        body_limit: config.body_limit,
+        body_read_timeout: config.client_request_timeout,
+        readiness: ReadinessCache::new(config.readyz_cache_ttl),
+        webhook_policy: crate::webhook::address_policy(config),
+        webhook_endpoints_max: config.webhooks.webhook_endpoints_max,
+        notifications,
+        metrics,
+    })
+}
+
+/// Opens the authentication pool's connections. They are opened, and so
+/// driven, on this thread: only lookups of keys not yet in the
+/// authentication cache use them.
+async fn warm_auth(store: &Store) {
+    let auth = store.clone();
+    crate::warm::on(Arbiter::current(), "the authentication pool", async move {
+        auth.warm_auth().await
+    })
+    .await;
+}
+
+/// Starts `--shards` shards, each on a thread of its own, handing rows to
+/// the relay when there is one.
+async fn start_shards(
+    config: &ServeConfig,
+    store: &Store,
+    relay: Option<&RelayHandle>,
+    parts: &mut Parts,
+) -> anyhow::Result<ShardRouter> {
+    let (shards, arbiters) = ShardRouter::start(
+        config.shards,
+        store,
+        ShardLimits::from(config),
+        config.coalesce_timeout,
+        relay.map(|r| r.handoff.clone()),
+        relay.map_or_else(LagGate::open, |r| r.lag.clone()),
+        RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
+    )
+    .await?;
+    parts.extend(arbiters.into_iter().map(|a| Started::thread("a shard", a)));
+    Ok(shards)
+}
+
+/// Revocations reach every process's cache over NOTIFY, and each process
+/// confirms, so `client revoke` returns once none trusts the key.
+fn listen_for_revocations(store: &Store, cache: Arc<AuthCache>) -> Started {
+    let revocations =
+        store
+            .clone()
+            .listen_forever(REVOKED_CHANNEL, Some(REVOKED_ACK_CHANNEL), move |heard| {
+                cache.on_revocation(heard)
+            });
+    let arbiter = Arbiter::new();
+    arbiter.spawn(revocations);
+    Started::thread("revocation listener", arbiter)
+}
+
+/// The HTTP server on `listener`: the API, and the console when it is on.
+fn serve(
+    config: &ServeConfig,
+    listener: TcpListener,
+    state: web::Data<AppState>,
+    console: Option<web::Data<ConsoleState>>,
+) -> std::io::Result<Server> {
+    Ok(HttpServer::new(move || {
+        let app = App::new()
+            .app_data(state.clone())
+            .wrap(from_fn(api::observe));
+        match &console {
+            Some(console) => app
+                .app_data(console.clone())
+                .configure(crate::console::routes)
+                .configure(api::routes),
+            None => app.configure(api::routes),
         }
-    }
+    })
+    .workers(config.http_workers)
+    .max_connections(config.max_connections)
+    .client_request_timeout(config.client_request_timeout)
+    // Signals are the command line's to handle (`cli::signals`): every one
+    // of them stops gracefully, so in-flight flushes finish.
+    .disable_signals()
+    .shutdown_timeout(5)
+    .listen(listener)?
+    .run())
 }
 
 /// "Address already in use", with the address and the flag that changes it.

@@ -10,22 +10,22 @@ pub mod poller;
 
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Arbiter};
+use actix::{Actor, Arbiter};
 
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::queue::worker::{Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
+use crate::started::{DrainOrder, Started};
 use crate::store::Store;
 
 /// What [`start`] started.
 pub struct Outcomes {
     /// Verified notifications go here; `None` without a secret.
     pub intake: Option<notifications::Intake>,
-    /// The poller; `None` without a provider.
-    pub poller: Option<Addr<Worker<poller::PollWork>>>,
-    /// Their thread.
-    pub arbiter: Arbiter,
+    /// Their thread, and the poller (drained first on shutdown; none
+    /// without a provider).
+    pub part: Started,
 }
 
 /// How long a claimed lookup is held: a lookup and its settlement's tries
@@ -89,9 +89,14 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
             }))
         }
     };
-    Ok(Outcomes {
-        intake,
-        poller,
-        arbiter,
-    })
+    let part = match poller {
+        Some(poller) => Started::draining(
+            "status lookups",
+            arbiter,
+            DrainOrder::First,
+            poller.recipient(),
+        ),
+        None => Started::thread("provider notifications", arbiter),
+    };
+    Ok(Outcomes { intake, part })
 }

@@ -22,6 +22,7 @@ use crate::provider::http::HttpProvider;
 use crate::provider::Provider;
 use crate::queue::worker::{settle_bound, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
+use crate::started::{DrainOrder, Started};
 use crate::store::Store;
 
 /// The relay: the one queue's worker skeleton running [`OutboxWork`].
@@ -36,10 +37,8 @@ const DB_CONNECTIONS: usize = 4;
 /// A running relay: its address, its thread, and the hand-off the shards
 /// use to give it the rows they claim.
 pub struct RelayHandle {
-    /// Drained on shutdown.
-    pub addr: Addr<Relay>,
-    /// Its thread.
-    pub arbiter: Arbiter,
+    /// Its thread and worker, drained first on shutdown.
+    pub part: Started,
     /// For the shards.
     pub handoff: Handoff,
     /// Closed while settlement lags (`--outbox-lag-max`); for the shards.
@@ -86,8 +85,7 @@ pub async fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Option
         lag.clone(),
     ));
     Ok(Some(RelayHandle {
-        addr,
-        arbiter,
+        part: Started::draining("relay", arbiter, DrainOrder::First, addr.recipient()),
         handoff,
         lag,
     }))

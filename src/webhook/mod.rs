@@ -10,12 +10,12 @@ pub mod sink;
 
 use std::time::Duration;
 
-use actix::{Addr, Arbiter};
+use actix::Arbiter;
 
 use crate::config::ServeConfig;
 use crate::domain::webhook::AddressPolicy;
-use crate::queue::worker::Worker;
 use crate::queue::RetryPolicy;
+use crate::started::{DrainOrder, Started};
 use crate::store::Store;
 
 /// Where webhook URLs may point, from `--webhook-allow-private`.
@@ -28,10 +28,7 @@ pub fn address_policy(config: &ServeConfig) -> AddressPolicy {
 }
 
 /// Starts the webhook delivery worker on a thread of its own.
-pub fn start(
-    config: &ServeConfig,
-    store: &Store,
-) -> anyhow::Result<(Addr<Worker<delivery::DeliveryWork>>, Arbiter)> {
+pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Started> {
     let w = &config.webhooks;
     let sender = sender::Sender::new(
         w.webhook_timeout,
@@ -46,7 +43,12 @@ pub fn start(
         WebhookLimits::from(config),
         config.database.db_timeout,
     );
-    Ok((addr, arbiter))
+    Ok(Started::draining(
+        "webhook deliveries",
+        arbiter,
+        DrainOrder::After,
+        addr.recipient(),
+    ))
 }
 
 /// Bounds of the delivery worker.

@@ -192,6 +192,48 @@ pub(in crate::store) async fn requeue_deliveries(
     Ok(Some(n))
 }
 
+/// Re-enables an endpoint (if disabled) and makes up to `rows_max` of its
+/// dead deliveries due again with a fresh schedule, in the caller's
+/// transaction, waking the delivery workers on commit; how many are due.
+/// `None` when no live endpoint has this id.
+pub(in crate::store) async fn revive_endpoint(
+    tx: &deadpool_postgres::Transaction<'_>,
+    endpoint_id: Uuid,
+    rows_max: i64,
+) -> Result<Option<u64>, StoreError> {
+    let found = tx
+        .query_opt(
+            "UPDATE webhook_endpoints SET disabled_at = NULL \
+             WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+            &[&endpoint_id],
+        )
+        .await?;
+    if found.is_none() {
+        return Ok(None);
+    }
+    let n = tx
+        .execute(
+            &format!(
+                "UPDATE webhook_deliveries q SET {} WHERE (event_id, endpoint_id) IN (
+                    SELECT event_id, endpoint_id FROM webhook_deliveries
+                    WHERE endpoint_id = $1 AND dead_at IS NOT NULL AND delivered_at IS NULL
+                    ORDER BY event_id LIMIT $2 FOR UPDATE)",
+                DELIVERIES.requeue_set()
+            ),
+            &[&endpoint_id, &rows_max],
+        )
+        .await?;
+    assert!(
+        n <= rows_max as u64,
+        "a bulk redelivery stays within its limit"
+    );
+    if n > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
+            .await?;
+    }
+    Ok(Some(n))
+}
+
 impl EventStore {
     /// A page of a client's events, newest first. `None` when the cursor
     /// names no event of this client.

@@ -12,5 +12,5 @@ pub use deliveries::{
     WEBHOOK_CHANNEL,
 };
 pub use endpoints::{Endpoint, EndpointRefused, EndpointStore};
-pub(in crate::store) use events::{deliveries_of, requeue_deliveries};
+pub(in crate::store) use events::{deliveries_of, requeue_deliveries, revive_endpoint};
 pub use events::{DeliveryRecord, DeliveryState, EventFilter, EventPage, EventRecord, EventStore};

@@ -489,59 +489,10 @@ impl ServeConfig {
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{flag} must be at least 1"));
         }
-        // A live call and its settlement must end before anyone may take the
-        // row over, so that a takeover never overlaps a call in flight.
-        if self.relay.relay_attempts_max < 1 {
-            return Err("--relay-attempts-max must be at least 1".into());
-        }
-        if self.relay.relay_retry_cap.is_zero()
-            || self.relay.relay_retry_base > self.relay.relay_retry_cap
-        {
-            return Err(
-                "--relay-retry-base must be at most --relay-retry-cap, which is above 0".into(),
-            );
-        }
-        if self.relay.outbox_lag_poll.is_zero()
-            || self.relay.outbox_lag_poll >= self.relay.outbox_lag_max
-        {
-            return Err("--outbox-lag-poll must be above 0 and below --outbox-lag-max".into());
-        }
-        if self.relay.outbox_backlog_max < 1 {
-            return Err("--outbox-backlog-max must be at least 1".into());
-        }
-        let c = &self.console;
-        if c.console_page_rows_max < 1
-            || c.console_scan_rows_max < c.console_page_rows_max
-            || c.console_bulk_rows_max < 1
-            || c.console_session_ttl.is_zero()
-        {
-            return Err(
-                "--console-page-rows-max, --console-bulk-rows-max and --console-session-ttl \
-                 must be above 0, and --console-scan-rows-max at least --console-page-rows-max"
-                    .into(),
-            );
-        }
-        // The relay's lease against its calls and settlement is checked by
-        // `relay::check`, where that arithmetic lives.
-        if self.webhooks.webhook_endpoint_in_flight_max < 1
-            || self.webhooks.webhook_client_in_flight_max < 1
-        {
-            return Err(
-                "--webhook-endpoint-in-flight-max and --webhook-client-in-flight-max must be at least 1"
-                    .into(),
-            );
-        }
-        // A delivery attempt must end before its lease, so that no takeover
-        // overlaps it (the delivery worker's call window).
-        if self.webhooks.webhook_lease <= self.webhooks.webhook_timeout + self.database.db_timeout {
-            return Err(
-                "--webhook-lease must be longer than --webhook-timeout plus --db-timeout".into(),
-            );
-        }
-        let scale = self.webhooks.webhook_retry_scale;
-        if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
-            return Err("--webhook-retry-scale must be above 0 and at most 1000".into());
-        }
+        self.relay.validate()?;
+        self.console.validate()?;
+        self.webhooks.validate(self.database.db_timeout)?;
+        self.outcomes.validate()?;
         if self.reaper_batch_max < 1 {
             return Err("--reaper-batch-max must be at least 1".into());
         }
@@ -550,25 +501,98 @@ impl ServeConfig {
         // said at start-up.
         check_retention("--key-retention", self.key_retention)?;
         check_retention("--event-retention", self.event_retention)?;
+        if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
+            return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
+        }
+        Ok(())
+    }
+}
+
+impl RelayConfig {
+    /// The relay's own flags against each other. Its lease against its
+    /// calls and settlement is checked by `relay::check`, where that
+    /// arithmetic lives.
+    fn validate(&self) -> Result<(), String> {
+        if self.relay_attempts_max < 1 {
+            return Err("--relay-attempts-max must be at least 1".into());
+        }
+        if self.relay_retry_cap.is_zero() || self.relay_retry_base > self.relay_retry_cap {
+            return Err(
+                "--relay-retry-base must be at most --relay-retry-cap, which is above 0".into(),
+            );
+        }
+        if self.outbox_lag_poll.is_zero() || self.outbox_lag_poll >= self.outbox_lag_max {
+            return Err("--outbox-lag-poll must be above 0 and below --outbox-lag-max".into());
+        }
+        if self.outbox_backlog_max < 1 {
+            return Err("--outbox-backlog-max must be at least 1".into());
+        }
+        if self.relay_wake_interval >= self.relay_poll {
+            return Err("--relay-wake-interval must be below --relay-poll".into());
+        }
+        Ok(())
+    }
+}
+
+impl ConsoleConfig {
+    /// Pages and bulk repairs are bounded, and sessions end.
+    fn validate(&self) -> Result<(), String> {
+        if self.console_page_rows_max < 1
+            || self.console_scan_rows_max < self.console_page_rows_max
+            || self.console_bulk_rows_max < 1
+            || self.console_session_ttl.is_zero()
+        {
+            return Err(
+                "--console-page-rows-max, --console-bulk-rows-max and --console-session-ttl \
+                 must be above 0, and --console-scan-rows-max at least --console-page-rows-max"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl WebhookConfig {
+    /// The delivery worker's flags, against `db_timeout` (`--db-timeout`).
+    fn validate(&self, db_timeout: Duration) -> Result<(), String> {
+        if self.webhook_endpoint_in_flight_max < 1 || self.webhook_client_in_flight_max < 1 {
+            return Err(
+                "--webhook-endpoint-in-flight-max and --webhook-client-in-flight-max must be at least 1"
+                    .into(),
+            );
+        }
+        // A delivery attempt must end before its lease, so that no takeover
+        // overlaps it (the delivery worker's call window).
+        if self.webhook_lease <= self.webhook_timeout + db_timeout {
+            return Err(
+                "--webhook-lease must be longer than --webhook-timeout plus --db-timeout".into(),
+            );
+        }
+        let scale = self.webhook_retry_scale;
+        if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+            return Err("--webhook-retry-scale must be above 0 and at most 1000".into());
+        }
+        Ok(())
+    }
+}
+
+impl OutcomeConfig {
+    /// Notifications and status lookups.
+    fn validate(&self) -> Result<(), String> {
         check_retention(
             "--provider-notification-retention",
-            self.outcomes.provider_notification_retention,
+            self.provider_notification_retention,
         )?;
-        let o = &self.outcomes;
-        if o.provider_poll_after.is_zero() || o.provider_poll_after > o.provider_poll_interval_max {
+        if self.provider_poll_after.is_zero()
+            || self.provider_poll_after > self.provider_poll_interval_max
+        {
             return Err(
                 "--provider-poll-after must be above 0 and at most --provider-poll-interval-max"
                     .into(),
             );
         }
-        if o.provider_notification_tolerance.is_zero() {
+        if self.provider_notification_tolerance.is_zero() {
             return Err("--provider-notification-tolerance must be above 0".into());
-        }
-        if self.db_lock_timeout.is_zero() || self.db_lock_timeout >= self.database.db_timeout {
-            return Err("--db-lock-timeout must be above 0 and below --db-timeout".into());
-        }
-        if self.relay.relay_wake_interval >= self.relay.relay_poll {
-            return Err("--relay-wake-interval must be below --relay-poll".into());
         }
         Ok(())
     }

@@ -89,205 +89,81 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
-/// Every metric with its `# HELP` line and unit. A test checks that each
-/// metric `/metrics` shows has one, so a new metric cannot go undescribed.
+/// What a metric is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric: its kind, name, unit and `# HELP` line. A test checks that
+/// each metric `/metrics` shows is here, so a new metric cannot go
+/// undescribed.
+const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
+    use metrics::Unit;
+    use Kind::*;
+    &[
+    (Counter, "payrail_http_requests_total", None, "HTTP requests answered, by route pattern, method and status (unknown ones are 'other')"),
+    (Histogram, "payrail_http_request_duration_seconds", Some(Unit::Seconds), "Time to answer an HTTP request, by route pattern and method"),
+    (Gauge, "payrail_shard_queue_depth", None, "Attempts a key-shard holds: queued for a flush, in one, or waiting on their key's write"),
+    (Gauge, "payrail_replay_cache_entries", None, "Committed answers in a shard's replay cache"),
+    (Counter, "payrail_replay_cache_hits_total", None, "Attempts answered from a replay cache, without Postgres"),
+    (Counter, "payrail_replay_cache_misses_total", None, "Attempts of keys not in the replay cache, queued for a flush"),
+    (Histogram, "payrail_shard_batch_size", None, "Attempts written per flush (one transaction)"),
+    (Histogram, "payrail_shard_flush_seconds", Some(Unit::Seconds), "Duration of a flush, from its start to its commit"),
+    (Counter, "payrail_shard_flush_splits_total", None, "Flushes Postgres refused for particular rows, retried in halves"),
+    (Counter, "payrail_shard_flush_lock_retries_total", None, "Flushes retried whole after waiting past the lock timeout for a lock that is not a row's"),
+    (Counter, "payrail_shard_flush_failures_total", None, "Flushes that failed, answering their attempts 409 or 503"),
+    (Gauge, "payrail_outbox_backlog", None, "Outbox rows not yet settled and not dead-lettered (all processes)"),
+    (Gauge, "payrail_outbox_dead", None, "Dead-lettered outbox rows, waiting for `payrail outbox retry`"),
+    (Gauge, "payrail_outbox_oldest_due_age_seconds", Some(Unit::Seconds), "Age of the oldest outbox row that is due now"),
+    (Gauge, "payrail_outbox_waiting_rows", None, "Outbox rows due and held by no relay, counted up to --outbox-backlog-max + 1 (measured by this process's relay)"),
+    (Gauge, "payrail_outbox_waiting_age_seconds", Some(Unit::Seconds), "How long the oldest outbox row due and held by no relay has waited"),
+    (Gauge, "payrail_settlement_lagging", None, "1 while new transfers are refused because settlement lags (--outbox-backlog-max, --outbox-lag-max), else 0"),
+    (Counter, "payrail_transfers_refused_lagging_total", None, "Attempts of POST /transfers answered 503 settlement-lagging"),
+    (Gauge, "payrail_queue_held_rows", None, "Rows a queue's worker in this process holds: waiting for a slot, being worked on, or waiting for settlement, by queue (outbox, webhooks)"),
+    (Counter, "payrail_queue_handed_over_total", None, "Rows handed to a queue's worker in memory by the code that claimed them (a flush), by queue"),
+    (Counter, "payrail_queue_claims_expired_total", None, "Claimed rows left to their lease because they were too old to start safely, by queue"),
+    (Histogram, "payrail_queue_claim_size", None, "Rows per claim, by queue"),
+    (Counter, "payrail_relay_wakeups_total", None, "NOTIFYs sent to wake the relays after flushes wrote rows none of them claimed"),
+    (Histogram, "payrail_queue_settle_batch_size", None, "Outcomes settled per transaction, by queue"),
+    (Histogram, "payrail_queue_settle_seconds", Some(Unit::Seconds), "Duration of a settlement batch, by queue"),
+    (Counter, "payrail_queue_settle_failures_total", None, "Outcomes Postgres refused to settle even alone (rescheduled, counted against the retry budget), by queue"),
+    (Gauge, "payrail_reaper_expired_keys", None, "Expired idempotency keys not yet deleted (counted up to 1 000 000)"),
+    (Gauge, "payrail_reaper_expired_keys_oldest_age_seconds", Some(Unit::Seconds), "How long ago the oldest idempotency key not yet deleted expired"),
+    (Counter, "payrail_provider_calls_total", None, "Provider calls, by outcome (succeeded, declined, transient, permanent, misconfigured)"),
+    (Histogram, "payrail_provider_call_seconds", Some(Unit::Seconds), "Duration of a provider call"),
+    (Histogram, "payrail_transfer_creation_to_final_seconds", Some(Unit::Seconds), "Time from a transfer's creation to its final status (succeeded or failed), as recorded by the settlement that made it final"),
+    (Counter, "payrail_provider_lookups_total", None, "GET /payouts/{id} lookups made before posting an ambiguous payout again, by outcome (found, not_found, unknown)"),
+    (Counter, "payrail_reaped_keys_total", None, "Expired idempotency keys deleted by the reaper"),
+    (Counter, "payrail_reaped_events_total", None, "Webhook events past --event-retention deleted by the reaper, with their delivery records"),
+    (Counter, "payrail_reaped_provider_notifications_total", None, "Provider notification ids past --provider-notification-retention forgotten by the reaper"),
+    (Counter, "payrail_provider_notifications_total", None, "Signed provider notifications received, by outcome (applied, repeat, late, unknown_transfer, not_recorded, unauthenticated, malformed)"),
+    (Histogram, "payrail_provider_notification_batch_size", Some(Unit::Count), "Provider notifications applied in one transaction"),
+    (Counter, "payrail_provider_polls_total", None, "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"),
+    (Counter, "payrail_transfer_anomalies_total", None, "Provider reports that contradict a transfer's final status, kept for operators, by source (notification, poll)"),
+    (Gauge, "payrail_transfers_processing", None, "Transfers the provider accepted and has not decided yet"),
+    (Gauge, "payrail_transfers_stuck", None, "Of those, the ones processing for longer than --provider-processing-max"),
+    (Gauge, "payrail_transfers_processing_oldest_age_seconds", Some(Unit::Seconds), "How long the oldest processing transfer has waited for its outcome"),
+    (Gauge, "payrail_webhook_backlog", None, "Webhook deliveries neither delivered nor dead"),
+    (Gauge, "payrail_webhook_dead", None, "Webhook deliveries that ran out of attempts or lost their endpoint"),
+    (Gauge, "payrail_webhook_oldest_due_age_seconds", Some(Unit::Seconds), "How long the oldest due webhook delivery has waited"),
+    (Counter, "payrail_webhook_deliveries_total", None, "Webhook delivery attempts, by outcome (delivered, retry, dead, gone)"),
+    (Histogram, "payrail_webhook_delivery_seconds", Some(Unit::Seconds), "Duration of one webhook delivery attempt"),
+    ]
+};
+
+/// Describes every metric of [`METRICS`] to the recorder.
 fn describe_metrics() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(
-        "payrail_http_requests_total",
-        "HTTP requests answered, by route pattern, method and status (unknown ones are 'other')"
-    );
-    describe_histogram!(
-        "payrail_http_request_duration_seconds",
-        Unit::Seconds,
-        "Time to answer an HTTP request, by route pattern and method"
-    );
-    describe_gauge!(
-        "payrail_shard_queue_depth",
-        "Attempts a key-shard holds: queued for a flush, in one, or waiting on their key's write"
-    );
-    describe_gauge!(
-        "payrail_replay_cache_entries",
-        "Committed answers in a shard's replay cache"
-    );
-    describe_counter!(
-        "payrail_replay_cache_hits_total",
-        "Attempts answered from a replay cache, without Postgres"
-    );
-    describe_counter!(
-        "payrail_replay_cache_misses_total",
-        "Attempts of keys not in the replay cache, queued for a flush"
-    );
-    describe_histogram!(
-        "payrail_shard_batch_size",
-        "Attempts written per flush (one transaction)"
-    );
-    describe_histogram!(
-        "payrail_shard_flush_seconds",
-        Unit::Seconds,
-        "Duration of a flush, from its start to its commit"
-    );
-    describe_counter!(
-        "payrail_shard_flush_splits_total",
-        "Flushes Postgres refused for particular rows, retried in halves"
-    );
-    describe_counter!(
-        "payrail_shard_flush_lock_retries_total",
-        "Flushes retried whole after waiting past the lock timeout for a lock that is not a row's"
-    );
-    describe_counter!(
-        "payrail_shard_flush_failures_total",
-        "Flushes that failed, answering their attempts 409 or 503"
-    );
-    describe_gauge!(
-        "payrail_outbox_backlog",
-        "Outbox rows not yet settled and not dead-lettered (all processes)"
-    );
-    describe_gauge!(
-        "payrail_outbox_dead",
-        "Dead-lettered outbox rows, waiting for `payrail outbox retry`"
-    );
-    describe_gauge!(
-        "payrail_outbox_oldest_due_age_seconds",
-        Unit::Seconds,
-        "Age of the oldest outbox row that is due now"
-    );
-    describe_gauge!(
-        "payrail_outbox_waiting_rows",
-        "Outbox rows due and held by no relay, counted up to --outbox-backlog-max + 1 (measured by this process's relay)"
-    );
-    describe_gauge!(
-        "payrail_outbox_waiting_age_seconds",
-        Unit::Seconds,
-        "How long the oldest outbox row due and held by no relay has waited"
-    );
-    describe_gauge!(
-        "payrail_settlement_lagging",
-        "1 while new transfers are refused because settlement lags (--outbox-backlog-max, --outbox-lag-max), else 0"
-    );
-    describe_counter!(
-        "payrail_transfers_refused_lagging_total",
-        "Attempts of POST /transfers answered 503 settlement-lagging"
-    );
-    describe_gauge!(
-        "payrail_queue_held_rows",
-        "Rows a queue's worker in this process holds: waiting for a slot, being worked on, or waiting for settlement, by queue (outbox, webhooks)"
-    );
-    describe_counter!(
-        "payrail_queue_handed_over_total",
-        "Rows handed to a queue's worker in memory by the code that claimed them (a flush), by queue"
-    );
-    describe_counter!(
-        "payrail_queue_claims_expired_total",
-        "Claimed rows left to their lease because they were too old to start safely, by queue"
-    );
-    describe_histogram!("payrail_queue_claim_size", "Rows per claim, by queue");
-    describe_counter!(
-        "payrail_relay_wakeups_total",
-        "NOTIFYs sent to wake the relays after flushes wrote rows none of them claimed"
-    );
-    describe_histogram!(
-        "payrail_queue_settle_batch_size",
-        "Outcomes settled per transaction, by queue"
-    );
-    describe_histogram!(
-        "payrail_queue_settle_seconds",
-        Unit::Seconds,
-        "Duration of a settlement batch, by queue"
-    );
-    describe_counter!(
-        "payrail_queue_settle_failures_total",
-        "Outcomes Postgres refused to settle even alone (rescheduled, counted against the retry budget), by queue"
-    );
-    describe_gauge!(
-        "payrail_reaper_expired_keys",
-        "Expired idempotency keys not yet deleted (counted up to 1 000 000)"
-    );
-    describe_gauge!(
-        "payrail_reaper_expired_keys_oldest_age_seconds",
-        Unit::Seconds,
-        "How long ago the oldest idempotency key not yet deleted expired"
-    );
-    describe_counter!(
-        "payrail_provider_calls_total",
-        "Provider calls, by outcome (succeeded, declined, transient, permanent, misconfigured)"
-    );
-    describe_histogram!(
-        "payrail_provider_call_seconds",
-        Unit::Seconds,
-        "Duration of a provider call"
-    );
-    describe_histogram!(
-        "payrail_transfer_creation_to_final_seconds",
-        Unit::Seconds,
-        "Time from a transfer's creation to its final status (succeeded or failed), as recorded by the settlement that made it final"
-    );
-    describe_counter!(
-        "payrail_provider_lookups_total",
-        "GET /payouts/{id} lookups made before posting an ambiguous payout again, by outcome (found, not_found, unknown)"
-    );
-    describe_counter!(
-        "payrail_reaped_keys_total",
-        "Expired idempotency keys deleted by the reaper"
-    );
-    describe_counter!(
-        "payrail_reaped_events_total",
-        "Webhook events past --event-retention deleted by the reaper, with their delivery records"
-    );
-    describe_counter!(
-        "payrail_reaped_provider_notifications_total",
-        "Provider notification ids past --provider-notification-retention forgotten by the reaper"
-    );
-    describe_counter!(
-        "payrail_provider_notifications_total",
-        "Signed provider notifications received, by outcome (applied, repeat, late, unknown_transfer, not_recorded, unauthenticated, malformed)"
-    );
-    describe_histogram!(
-        "payrail_provider_notification_batch_size",
-        Unit::Count,
-        "Provider notifications applied in one transaction"
-    );
-    describe_counter!(
-        "payrail_provider_polls_total",
-        "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"
-    );
-    describe_counter!(
-        "payrail_transfer_anomalies_total",
-        "Provider reports that contradict a transfer's final status, kept for operators, by source (notification, poll)"
-    );
-    describe_gauge!(
-        "payrail_transfers_processing",
-        "Transfers the provider accepted and has not decided yet"
-    );
-    describe_gauge!(
-        "payrail_transfers_stuck",
-        "Of those, the ones processing for longer than --provider-processing-max"
-    );
-    describe_gauge!(
-        "payrail_transfers_processing_oldest_age_seconds",
-        Unit::Seconds,
-        "How long the oldest processing transfer has waited for its outcome"
-    );
-    describe_gauge!(
-        "payrail_webhook_backlog",
-        "Webhook deliveries neither delivered nor dead"
-    );
-    describe_gauge!(
-        "payrail_webhook_dead",
-        "Webhook deliveries that ran out of attempts or lost their endpoint"
-    );
-    describe_gauge!(
-        "payrail_webhook_oldest_due_age_seconds",
-        Unit::Seconds,
-        "How long the oldest due webhook delivery has waited"
-    );
-    describe_counter!(
-        "payrail_webhook_deliveries_total",
-        "Webhook delivery attempts, by outcome (delivered, retry, dead, gone)"
-    );
-    describe_histogram!(
-        "payrail_webhook_delivery_seconds",
-        Unit::Seconds,
-        "Duration of one webhook delivery attempt"
-    );
+    for &(kind, name, unit, help) in METRICS {
+        match (kind, unit) {
+            (Kind::Counter, Some(u)) => metrics::describe_counter!(name, u, help),
+            (Kind::Counter, None) => metrics::describe_counter!(name, help),
+            (Kind::Gauge, Some(u)) => metrics::describe_gauge!(name, u, help),
+            (Kind::Gauge, None) => metrics::describe_gauge!(name, help),
+            (Kind::Histogram, Some(u)) => metrics::describe_histogram!(name, u, help),
+            (Kind::Histogram, None) => metrics::describe_histogram!(name, help),
+        }
+    }
 }

@@ -216,6 +216,33 @@ pub fn timeline(op: &OperatorSession, t: &Timeline) -> Markup {
                 None => p.empty { "The key's record has expired (replays are no longer answered from it)." },
             }
         }
+        (attempts_section(op, t))
+        (reports_section(t))
+        section #events {
+            h2 { "Status changes and their webhook events" }
+            (events_table(op, &t.events))
+            @if !t.events_complete {
+                p.note { "The transfer changed status " (tr.status_sequence) " times; the other changes' events were deleted after --event-retention." }
+            }
+        }
+        section #audit {
+            h2 { "Operator actions" }
+            (audit_table(&t.audit))
+        }
+    };
+    layout(
+        &format!("Transfer {}", tr.id),
+        op,
+        "/console/transfers",
+        body,
+    )
+}
+
+/// A timeline's provider calls, its outbox row (with the retry form when
+/// it is dead) and its lookups.
+fn attempts_section(op: &OperatorSession, t: &Timeline) -> Markup {
+    let tr = &t.transfer;
+    html! {
         section #attempts {
             h2 { "Provider attempts" }
             @if t.attempts.is_empty() { p.empty { "No call recorded yet." } }
@@ -243,6 +270,14 @@ pub fn timeline(op: &OperatorSession, t: &Timeline) -> Markup {
                     @if let Some(e) = &p.last_error { " Last lookup: " (e) } }
             }
         }
+    }
+}
+
+/// What the provider reported on its own: notifications, and reports that
+/// contradicted a final status.
+fn reports_section(t: &Timeline) -> Markup {
+    let tr = &t.transfer;
+    html! {
         section #notifications {
             h2 { "Provider notifications" }
             @if t.notifications.is_empty() { p.empty { "None received." } }
@@ -259,24 +294,7 @@ pub fn timeline(op: &OperatorSession, t: &Timeline) -> Markup {
                     tbody { @for a in &tr.anomalies { tr { td { (a.status_then.as_str()) } td { (a.reported) } td { (a.source) } td { (a.reason.as_deref().unwrap_or("")) } td { (a.reported_at) } } } } }
             }
         }
-        section #events {
-            h2 { "Status changes and their webhook events" }
-            (events_table(op, &t.events))
-            @if !t.events_complete {
-                p.note { "The transfer changed status " (tr.status_sequence) " times; the other changes' events were deleted after --event-retention." }
-            }
-        }
-        section #audit {
-            h2 { "Operator actions" }
-            (audit_table(&t.audit))
-        }
-    };
-    layout(
-        &format!("Transfer {}", tr.id),
-        op,
-        "/console/transfers",
-        body,
-    )
+    }
 }
 
 fn events_table(op: &OperatorSession, events: &[EventLine]) -> Markup {

@@ -258,38 +258,11 @@ impl KeyStore {
                 };
                 let inserted: HashSet<Uuid> = rows.iter().map(|r| r.get(0)).collect();
 
-                let lost: Vec<&KeyWrite> = batch
-                    .iter()
-                    .filter(|w| !inserted.contains(&w.transfer.id))
-                    .collect();
-                let mut existing = HashMap::new();
-                if !lost.is_empty() {
-                    let clients: Vec<Uuid> = lost.iter().map(|w| w.transfer.client_id.0).collect();
-                    let keys: Vec<&str> = lost
-                        .iter()
-                        .map(|w| w.transfer.idempotency_key.as_str())
-                        .collect();
-                    let select = tx.client().prepare_cached(SELECT_EXISTING).await?;
-                    for row in tx.client().query(&select, &[&clients, &keys]).await? {
-                        let (scope, answer) = answer_from_row(&row)?;
-                        existing.insert(scope, answer);
-                    }
-                }
+                let existing = existing_answers(tx.client(), batch, &inserted).await?;
                 on_executed();
                 tx.commit().await?;
 
-                Ok(batch
-                    .iter()
-                    .map(|w| {
-                        if inserted.contains(&w.transfer.id) {
-                            return WriteOutcome::Inserted;
-                        }
-                        let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
-                        existing
-                            .remove(&scope)
-                            .map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
-                    })
-                    .collect())
+                Ok(outcomes(batch, &inserted, existing))
             })
             .await
     }
@@ -400,4 +373,54 @@ impl<'a> Columns<'a> {
         }
         c
     }
+}
+
+/// The answers of the live keys that the writes of `batch` not `inserted`
+/// lost to, by scope (one statement, only when some write lost).
+async fn existing_answers(
+    client: &deadpool_postgres::Object,
+    batch: &[KeyWrite],
+    inserted: &HashSet<Uuid>,
+) -> Result<HashMap<(ClientId, IdempotencyKey), LiveAnswer>, StoreError> {
+    let lost: Vec<&KeyWrite> = batch
+        .iter()
+        .filter(|w| !inserted.contains(&w.transfer.id))
+        .collect();
+    let mut existing = HashMap::new();
+    if lost.is_empty() {
+        return Ok(existing);
+    }
+    let clients: Vec<Uuid> = lost.iter().map(|w| w.transfer.client_id.0).collect();
+    let keys: Vec<&str> = lost
+        .iter()
+        .map(|w| w.transfer.idempotency_key.as_str())
+        .collect();
+    let select = client.prepare_cached(SELECT_EXISTING).await?;
+    for row in client.query(&select, &[&clients, &keys]).await? {
+        let (scope, answer) = answer_from_row(&row)?;
+        existing.insert(scope, answer);
+    }
+    assert!(existing.len() <= lost.len(), "one live key per lost write");
+    Ok(existing)
+}
+
+/// Per write of `batch`, in order: inserted, lost to the live key's
+/// answer, or lost to a key gone since (it expired in between).
+fn outcomes(
+    batch: &[KeyWrite],
+    inserted: &HashSet<Uuid>,
+    mut existing: HashMap<(ClientId, IdempotencyKey), LiveAnswer>,
+) -> Vec<WriteOutcome> {
+    batch
+        .iter()
+        .map(|w| {
+            if inserted.contains(&w.transfer.id) {
+                return WriteOutcome::Inserted;
+            }
+            let scope = (w.transfer.client_id, w.transfer.idempotency_key.clone());
+            existing
+                .remove(&scope)
+                .map_or(WriteOutcome::Vanished, WriteOutcome::Existing)
+        })
+        .collect()
 }

@@ -66,6 +66,24 @@ pub struct Applied {
     pub deliveries: i64,
 }
 
+impl Applied {
+    /// Counts a change made.
+    fn push_change(&mut self, transfer: Transfer) {
+        if matches!(
+            transfer.status,
+            TransferStatus::Succeeded | TransferStatus::Failed
+        ) {
+            // A clock behind the creating engine's reads as 0.
+            self.creation_to_final.push(
+                (transfer.updated_at - transfer.created_at)
+                    .to_std()
+                    .unwrap_or_default(),
+            );
+        }
+        self.changed.push(transfer);
+    }
+}
+
 /// One step of the status machine for a batch of transfers, each at most
 /// once. The `UPDATE` waits for a row another transaction is changing and
 /// then re-checks the condition on the row as that one left it. Answers
@@ -292,19 +310,9 @@ async fn change(
     let rows = tx
         .query(&stmt, &[&ids, &status, &reference, &reason])
         .await?;
-    let mut now_changed = HashMap::new();
-    let mut reports = Vec::with_capacity(round.len());
-    for row in &rows {
-        match row.get::<_, Option<i64>>("n") {
-            Some(n) => reports.push((n, row)),
-            None => {
-                now_changed.insert(row.get::<_, Uuid>("id"), row);
-            }
-        }
-    }
-    reports.sort_unstable_by_key(|(n, _)| *n);
+    let (mut now_changed, reports) = answers(&rows);
     assert_eq!(reports.len(), round.len(), "one answer per report");
-    for ((_, row), (id, report)) in reports.into_iter().zip(round) {
+    for (row, (id, report)) in reports.into_iter().zip(round) {
         assert_eq!(row.get::<_, Uuid>("reported_id"), *id);
         let Some(then) = row.get::<_, Option<String>>("status_then") else {
             unknown.insert(*id);
@@ -326,18 +334,7 @@ async fn change(
             if transfer.status.is_final() {
                 finished.push(transfer.id);
             }
-            if matches!(
-                transfer.status,
-                TransferStatus::Succeeded | TransferStatus::Failed
-            ) {
-                // A clock behind the creating engine's reads as 0.
-                applied.creation_to_final.push(
-                    (transfer.updated_at - transfer.created_at)
-                        .to_std()
-                        .unwrap_or_default(),
-                );
-            }
-            applied.changed.push(transfer);
+            applied.push_change(transfer);
         } else {
             // Another transaction moved the row first: a `Change` by the
             // status read before is a report that lost the race.
@@ -352,6 +349,28 @@ async fn change(
     }
     assert!(now_changed.is_empty(), "every change answers a report");
     Ok(())
+}
+
+/// A `CHANGE` statement's answer: the changed transfers' rows by id, and
+/// the rows of the reports in the order of the round.
+fn answers(
+    rows: &[tokio_postgres::Row],
+) -> (
+    HashMap<Uuid, &tokio_postgres::Row>,
+    Vec<&tokio_postgres::Row>,
+) {
+    let mut changed = HashMap::new();
+    let mut reports = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row.get::<_, Option<i64>>("n") {
+            Some(n) => reports.push((n, row)),
+            None => {
+                changed.insert(row.get::<_, Uuid>("id"), row);
+            }
+        }
+    }
+    reports.sort_unstable_by_key(|(n, _)| *n);
+    (changed, reports.into_iter().map(|(_, row)| row).collect())
 }
 
 /// What the changes of a batch bring about, in one round trip (pipelined,

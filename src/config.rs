@@ -296,6 +296,17 @@ pub struct OutcomeConfig {
     /// Lookups in flight at once per process.
     #[arg(long, env = "PAYRAIL_PROVIDER_POLL_CONCURRENCY", default_value_t = 16)]
     pub provider_poll_concurrency: usize,
+    /// How often the lookup queue is checked for due lookups (nothing
+    /// announces them: they fall due by time).
+    #[arg(long, env = "PAYRAIL_PROVIDER_POLL_SCAN_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub provider_poll_scan_interval: Duration,
+    /// Most lookups' outcomes settled in one transaction.
+    #[arg(
+        long,
+        env = "PAYRAIL_PROVIDER_POLL_SETTLE_BATCH_MAX",
+        default_value_t = 256
+    )]
+    pub provider_poll_settle_batch_max: usize,
 }
 
 /// Flags of webhook delivery.
@@ -317,7 +328,8 @@ pub struct WebhookConfig {
     #[arg(long, env = "PAYRAIL_WEBHOOK_CONCURRENCY", default_value_t = 64)]
     pub webhook_concurrency: usize,
     /// How long a claimed delivery is held; must exceed --webhook-timeout
-    /// plus --db-timeout, so no takeover overlaps a live attempt.
+    /// plus every try of its settlement (3 × --db-timeout and the pauses
+    /// between), so no takeover overlaps a live attempt.
     #[arg(long, env = "PAYRAIL_WEBHOOK_LEASE", default_value = "60s", value_parser = humantime::parse_duration)]
     pub webhook_lease: Duration,
     /// Fallback poll for due deliveries when no notification arrives.
@@ -484,6 +496,10 @@ impl ServeConfig {
                 "--provider-poll-concurrency",
                 self.outcomes.provider_poll_concurrency,
             ),
+            (
+                "--provider-poll-settle-batch-max",
+                self.outcomes.provider_poll_settle_batch_max,
+            ),
             ("--rate-limit-burst", self.rate_limit_burst as usize),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -561,12 +577,15 @@ impl WebhookConfig {
                     .into(),
             );
         }
-        // A delivery attempt must end before its lease, so that no takeover
-        // overlaps it (the delivery worker's call window).
-        if self.webhook_lease <= self.webhook_timeout + db_timeout {
-            return Err(
-                "--webhook-lease must be longer than --webhook-timeout plus --db-timeout".into(),
-            );
+        // A delivery attempt and its settlement must end before its lease,
+        // so that no takeover overlaps it (the delivery worker's call window).
+        let work = self.webhook_timeout;
+        if crate::queue::worker::call_window(self.webhook_lease, work, db_timeout).is_none() {
+            return Err(format!(
+                "--webhook-lease must be longer than --webhook-timeout plus 3 × --db-timeout \
+                 and the pauses between those tries ({:?} here)",
+                work + crate::queue::worker::settle_bound(db_timeout)
+            ));
         }
         let scale = self.webhook_retry_scale;
         if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
@@ -591,6 +610,9 @@ impl OutcomeConfig {
                     .into(),
             );
         }
+        if self.provider_poll_scan_interval.is_zero() {
+            return Err("--provider-poll-scan-interval must be above 0".into());
+        }
         if self.provider_notification_tolerance.is_zero() {
             return Err("--provider-notification-tolerance must be above 0".into());
         }
@@ -606,6 +628,49 @@ mod tests {
         let mut args = vec!["--database-url", "postgres://x@127.0.0.1/db"];
         args.extend_from_slice(flags);
         crate::cli::serve_config(args).expect("valid flags")
+    }
+
+    #[test]
+    fn a_webhook_lease_too_short_for_an_attempt_and_every_settlement_try_is_refused() {
+        // 2 s attempt + 3 × 2 s tries + 2 × 200 ms pauses = 8.4 s.
+        let short = &[
+            "--webhook-timeout",
+            "2s",
+            "--db-timeout",
+            "2s",
+            "--webhook-lease",
+            "8s",
+        ];
+        let err = parse(short).validate().unwrap_err();
+        assert!(
+            err.contains("--webhook-lease") && err.contains("8.4s"),
+            "{err}"
+        );
+        let fits = &[
+            "--webhook-timeout",
+            "2s",
+            "--db-timeout",
+            "2s",
+            "--webhook-lease",
+            "9s",
+        ];
+        assert!(parse(fits).validate().is_ok());
+        assert!(parse(&[]).validate().is_ok(), "the defaults fit");
+    }
+
+    #[test]
+    fn the_lookup_queue_has_flags_of_its_own() {
+        let c = parse(&["--relay-poll", "3s", "--relay-settle-batch-max", "5"]);
+        assert_eq!(
+            c.outcomes.provider_poll_scan_interval,
+            Duration::from_secs(1)
+        );
+        assert_eq!(c.outcomes.provider_poll_settle_batch_max, 256);
+        let c = parse(&["--provider-poll-scan-interval", "0s"]);
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("--provider-poll-scan-interval"));
     }
 
     #[test]

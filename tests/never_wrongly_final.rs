@@ -37,6 +37,8 @@ async fn serve(db: &str, provider: &str, tag: &str, extra: &[&str]) -> ServeProc
         "13s",
         "--relay-poll",
         "100ms",
+        "--provider-poll-scan-interval",
+        "100ms",
         "--relay-retry-base",
         "20ms",
         "--relay-retry-cap",

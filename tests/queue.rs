@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use common::{spawn_app, transfer_body, TestApp};
 use payrail::domain::{ProviderReport, ProviderText, TransferStatus};
-use payrail::store::outbox::{ClaimedRow, Settlement};
+use payrail::store::outbox::{ClaimedRow, Settlement, OUTBOX};
+use payrail::store::polls::POLLS;
+use payrail::store::queue::QueueTable;
+use payrail::store::webhooks::DELIVERIES;
+use tokio_postgres::types::ToSql;
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -320,4 +324,201 @@ async fn the_status_trigger_allows_exactly_the_changes_of_may_become() {
             tx.rollback().await.unwrap();
         }
     }
+}
+
+// The queue's rules, on each of its tables, with the statements built from
+// each table's description: the same claims, fencing, give-backs, dead
+// letters, requeues and completions everywhere.
+
+/// Claims what is due of `q` for 30 s, fairly when it is a fair queue.
+async fn claim_of(db: &tokio_postgres::Client, q: &QueueTable) -> Vec<tokio_postgres::Row> {
+    let (limit, lease) = (10_i64, 30.0_f64);
+    if q.fair_by.is_empty() {
+        return db.query(&q.claim_sql(), &[&limit, &lease]).await.unwrap();
+    }
+    let shares = vec![10_i64; q.fair_by.len()];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit];
+    params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+    let picked: Vec<String> = db
+        .query(&q.pick_sql(), &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if picked.is_empty() {
+        return Vec::new();
+    }
+    db.query(&q.claim_sql(), &[&limit, &lease, &picked])
+        .await
+        .unwrap()
+}
+
+/// A claimed row's claim number, budget used and whether it was taken over.
+fn numbers(row: &tokio_postgres::Row) -> (i32, i32, bool) {
+    (
+        row.get("attempts"),
+        row.get("budget_used"),
+        row.get("reclaimed"),
+    )
+}
+
+/// Runs `sql` with the row's key (one array per key column) and `more`.
+async fn keyed(
+    db: &tokio_postgres::Client,
+    sql: &str,
+    key: &[Vec<uuid::Uuid>],
+    more: &[&(dyn ToSql + Sync)],
+) -> u64 {
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        key.iter().map(|k| k as &(dyn ToSql + Sync)).collect();
+    params.extend_from_slice(more);
+    db.query(sql, &params).await.unwrap().len() as u64
+}
+
+/// Reschedules the row under claim `attempt`, dead or due in an hour.
+async fn reschedule(
+    db: &tokio_postgres::Client,
+    q: &QueueTable,
+    key: &[Vec<uuid::Uuid>],
+    attempt: i32,
+    dead: bool,
+    extra: &(dyn ToSql + Sync),
+) -> u64 {
+    let (attempt, delay, error, dead) = (vec![attempt], vec![3600.0_f64], vec!["e"], vec![dead]);
+    keyed(
+        db,
+        &q.reschedule_sql(),
+        key,
+        &[&attempt, &delay, &error, &dead, extra],
+    )
+    .await
+}
+
+async fn check_queue(
+    db: &tokio_postgres::Client,
+    q: &QueueTable,
+    key: &[uuid::Uuid],
+    extra: &(dyn ToSql + Sync),
+) {
+    let t = q.table;
+    let key: Vec<Vec<uuid::Uuid>> = key.iter().map(|k| vec![*k]).collect();
+    let claim = |n: i32| vec![n];
+
+    let rows = claim_of(db, q).await;
+    assert_eq!(rows.len(), 1, "{t}: the due row is claimed");
+    assert_eq!(numbers(&rows[0]), (1, 1, false), "{t}");
+    assert!(
+        claim_of(db, q).await.is_empty(),
+        "{t}: a held row is not claimed twice"
+    );
+
+    // A holder of an outdated claim writes nothing.
+    assert_eq!(reschedule(db, q, &key, 0, false, extra).await, 0, "{t}");
+    let release = q.release_sql() + " RETURNING 1";
+    assert_eq!(keyed(db, &release, &key, &[&claim(0)]).await, 0, "{t}");
+
+    // Given back by its holder: due at once, neither charged nor taken over.
+    assert_eq!(keyed(db, &release, &key, &[&claim(1)]).await, 1, "{t}");
+    let rows = claim_of(db, q).await;
+    assert_eq!(
+        numbers(&rows[0]),
+        (2, 1, false),
+        "{t}: a release is not charged"
+    );
+
+    // Its lease runs out: taken over, and said so.
+    db.execute(
+        &format!("UPDATE {t} SET locked_until = now() - interval '1 second'"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let rows = claim_of(db, q).await;
+    assert_eq!(
+        numbers(&rows[0]),
+        (3, 2, true),
+        "{t}: a takeover is reclaimed"
+    );
+
+    // Dead-lettered by its holder: not claimed again until requeued, and
+    // then with a fresh budget and a growing token.
+    assert_eq!(reschedule(db, q, &key, 3, true, extra).await, 1, "{t}");
+    assert!(claim_of(db, q).await.is_empty(), "{t}: a dead row waits");
+    let requeue = format!(
+        "UPDATE {t} q SET {} WHERE dead_at IS NOT NULL",
+        q.requeue_set()
+    );
+    assert_eq!(db.execute(&requeue, &[]).await.unwrap(), 1, "{t}");
+    let rows = claim_of(db, q).await;
+    assert_eq!(
+        numbers(&rows[0]),
+        (4, 1, false),
+        "{t}: a requeue starts a budget"
+    );
+
+    // Done: only under the live claim.
+    assert_eq!(
+        keyed(db, &q.complete_sql(), &key, &[&claim(3)]).await,
+        0,
+        "{t}"
+    );
+    assert_eq!(
+        keyed(db, &q.complete_sql(), &key, &[&claim(4)]).await,
+        1,
+        "{t}"
+    );
+    assert_eq!(
+        db.query_one(&format!("SELECT count(*) FROM {t}"), &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0,
+        "{t}"
+    );
+}
+
+#[actix_web::test]
+async fn every_queue_claims_fences_gives_back_and_requeues_by_the_same_rules() {
+    let (app, id) = one_pending().await;
+    // The engine's own workers stay out of the way.
+    app.stop().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id: uuid::Uuid = id.parse().unwrap();
+    let db = app.db().await;
+    let client: uuid::Uuid = db
+        .query_one("SELECT client_id FROM transfers WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    // A lookup of the transfer and a delivery of an event about it, due now.
+    let (event, endpoint) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    db.execute(
+        "INSERT INTO provider_polls (transfer_id, next_poll_at) VALUES ($1, now())",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "INSERT INTO webhook_endpoints (id, client_id, url, secret) VALUES ($1, $2, 'http://127.0.0.1:9/', 's')",
+        &[&endpoint, &client],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "INSERT INTO webhook_events (client_id, id, transfer_id, type, body, created_at) \
+         VALUES ($1, $2, $3, 'transfer.succeeded', '{}', now())",
+        &[&client, &event, &id],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "INSERT INTO webhook_deliveries (event_id, endpoint_id, client_id) VALUES ($1, $2, $3)",
+        &[&event, &endpoint, &client],
+    )
+    .await
+    .unwrap();
+    check_queue(&db, &OUTBOX, &[id], &vec![true]).await;
+    check_queue(&db, &POLLS, &[id], &vec!["processing"]).await;
+    check_queue(&db, &DELIVERIES, &[event, endpoint], &vec![500_i32]).await;
 }

@@ -38,7 +38,7 @@ fn webhook_flags(provider_url: &str, timeout: &str, lease: &str) -> Vec<String> 
 }
 
 async fn spawn(provider_url: &str, extra: &[&str]) -> TestApp {
-    let mut flags = webhook_flags(provider_url, "300ms", "3s");
+    let mut flags = webhook_flags(provider_url, "300ms", "7s");
     flags.extend(extra.iter().map(|s| s.to_string()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     spawn_app_with(&fresh_database().await, &flags).await
@@ -438,7 +438,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one() {
 
 /// Starts `serve` processes on one database with a receiver registered.
 async fn processes(db: &str, provider: &str, n: usize, tag: &str) -> Vec<ServeProcess> {
-    let flags = webhook_flags(provider, "1s", "4s");
+    let flags = webhook_flags(provider, "1s", "8s");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut started = Vec::new();
     for i in 0..n {
@@ -544,7 +544,7 @@ async fn finished_events_past_retention_are_reaped_and_pending_ones_kept() {
     let sim = spawn_sim(SimArgs::default()).await;
     // A schedule scaled to 1/100: after its first failure a delivery waits
     // about 50 ms, then minutes, so it is still pending when the reaper runs.
-    let mut flags = webhook_flags(&sim.url(), "300ms", "3s");
+    let mut flags = webhook_flags(&sim.url(), "300ms", "7s");
     let scale = flags
         .iter()
         .position(|f| f == "--webhook-retry-scale")
@@ -668,7 +668,7 @@ async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries(
 #[actix_web::test]
 async fn a_deleted_endpoint_is_purged_once_its_events_are_past_retention() {
     let sim = spawn_sim(SimArgs::default()).await;
-    let mut flags = webhook_flags(&sim.url(), "300ms", "3s");
+    let mut flags = webhook_flags(&sim.url(), "300ms", "7s");
     flags.extend(["--event-retention", "1s"].map(String::from));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let app = spawn_app_with(&fresh_database().await, &flags).await;

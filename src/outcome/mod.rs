@@ -14,7 +14,7 @@ use actix::{Actor, Arbiter};
 
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
-use crate::queue::worker::{Worker, WorkerLimits};
+use crate::queue::worker::{call_window, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::started::{DrainOrder, Started};
 use crate::store::Store;
@@ -76,11 +76,10 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
             };
             let worker_limits = WorkerLimits {
                 concurrency_max: limits.concurrency_max,
-                poll_interval: config.relay.relay_poll,
-                // A lookup started within this window ends, settlement
-                // included, before its lease does.
-                call_window: lease - timeout - settle,
-                settle_batch_max: config.relay.relay_settle_batch_max,
+                poll_interval: o.provider_poll_scan_interval,
+                call_window: call_window(lease, timeout, config.database.db_timeout)
+                    .expect("the lease is at least twice a lookup and its settlement"),
+                settle_batch_max: o.provider_poll_settle_batch_max,
             };
             let store = store.clone();
             Some(Worker::start_in_arbiter(&arbiter.handle(), move |_| {

@@ -112,6 +112,7 @@ pub fn poll_outcome(
 
 impl Work for PollWork {
     type Row = PollRow;
+    type Key = Uuid;
     type Outcome = PollOutcome;
 
     const QUEUE: QueueName = QueueName::Polls;
@@ -120,8 +121,8 @@ impl Work for PollWork {
     // rescheduled here find them.
     const CLAIM_AFTER_SETTLING: bool = false;
 
-    fn claim_of(row: &PollRow) -> (Uuid, Uuid, i32) {
-        (row.transfer_id, Uuid::nil(), row.attempt)
+    fn claim_of(row: &PollRow) -> (Uuid, i32) {
+        (row.transfer_id, row.attempt)
     }
 
     fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<PollRow>, StoreError>> {

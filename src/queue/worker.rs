@@ -68,10 +68,26 @@ pub fn settle_bound(settle_timeout: Duration) -> Duration {
     settle_timeout * SETTLE_TRIES_MAX + SETTLE_RETRY_DELAY * (SETTLE_TRIES_MAX - 1)
 }
 
+/// How long after its claim a row's work may still start, for every
+/// queue: the work itself (at most `work_max`: provider calls, a delivery
+/// attempt, a lookup) and every try of its settlement ([`settle_bound`] of
+/// `settle_timeout`) must end before the lease does, so that no other
+/// process takes the row over while it is in flight. `None` when the
+/// lease is too short for that; the configuration's check refuses it.
+pub fn call_window(
+    lease: Duration,
+    work_max: Duration,
+    settle_timeout: Duration,
+) -> Option<Duration> {
+    Some(lease.saturating_sub(work_max + settle_bound(settle_timeout))).filter(|w| !w.is_zero())
+}
+
 /// What one queue does with its rows; the skeleton does the rest.
 pub trait Work: Unpin + 'static {
     /// A claimed row.
     type Row: Clone + Send + Unpin + 'static;
+    /// A row's key in its table: one live claim per key.
+    type Key: Copy + Ord + Debug + Send + Unpin + 'static;
     /// How working on one row ended.
     type Outcome: Clone + Debug + Send + Unpin + 'static;
 
@@ -86,8 +102,8 @@ pub trait Work: Unpin + 'static {
     /// does not scan the rows it already holds.
     const CLAIM_AFTER_SETTLING: bool;
 
-    /// The row's key and claim number: one live claim per key.
-    fn claim_of(row: &Self::Row) -> (uuid::Uuid, uuid::Uuid, i32);
+    /// The row's key and claim number (its fencing token).
+    fn claim_of(row: &Self::Row) -> (Self::Key, i32);
     /// Claims up to `limit` due rows.
     fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<Self::Row>, StoreError>>;
     /// Works on one row (a provider call, a delivery attempt).
@@ -382,14 +398,14 @@ impl<W: Work> Worker<W> {
         // again) has one live claim: the latest. The older outcome would be
         // fenced out anyway; it never shares a batch with the live one.
         batch.sort_by_key(|(h, _)| {
-            let (a, b, claim) = W::claim_of(&h.row);
-            (a, b, std::cmp::Reverse(claim))
+            let (key, claim) = W::claim_of(&h.row);
+            (key, std::cmp::Reverse(claim))
         });
         let mut last = None;
         batch.retain(|(held, _)| {
-            let (a, b, _) = W::claim_of(&held.row);
-            let live = last != Some((a, b));
-            last = Some((a, b));
+            let (key, _) = W::claim_of(&held.row);
+            let live = last != Some(key);
+            last = Some(key);
             if !live {
                 tracing::info!(
                     queue = W::QUEUE.as_str(),
@@ -643,5 +659,25 @@ impl<W: Work> Handler<Drain> for Worker<W> {
         Box::pin(async move {
             let _ = rx.await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_started_in_the_call_window_ends_with_every_settlement_try_before_the_lease() {
+        let s = Duration::from_secs;
+        // 60 s lease, a 10 s call, 5 s per settlement try: 3 tries and two
+        // 200 ms pauses leave 60 - 10 - 15.4 s.
+        assert_eq!(
+            call_window(s(60), s(10), s(5)),
+            Some(Duration::from_millis(34_600))
+        );
+        let bound = s(10) + settle_bound(s(5));
+        assert_eq!(call_window(bound, s(10), s(5)), None, "no room at all");
+        assert_eq!(call_window(s(8), s(2), s(2)), None, "8 s < 2 s + 6.4 s");
+        assert!(call_window(s(10), s(2), s(2)).is_some());
     }
 }

@@ -20,7 +20,7 @@ use actix::{Actor, Addr, Arbiter};
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
 use crate::provider::Provider;
-use crate::queue::worker::{settle_bound, Worker, WorkerLimits};
+use crate::queue::worker::{call_window, settle_bound, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::started::{DrainOrder, Started};
 use crate::store::Store;
@@ -215,7 +215,7 @@ impl RelayLimits {
     /// process takes the row over while it is in flight; `None` when the
     /// lease is too short for that.
     pub fn call_window(&self) -> Option<Duration> {
-        Some(self.lease.saturating_sub(self.call_bound())).filter(|w| !w.is_zero())
+        call_window(self.lease, self.provider_timeout * 2, self.settle_timeout)
     }
 }
 

@@ -89,6 +89,7 @@ impl OutboxWork {
 
 impl Work for OutboxWork {
     type Row = ClaimedRow;
+    type Key = Uuid;
     type Outcome = Settlement;
 
     const QUEUE: QueueName = QueueName::Outbox;
@@ -97,8 +98,8 @@ impl Work for OutboxWork {
     // after every settlement would scan the rows held in flight.
     const CLAIM_AFTER_SETTLING: bool = false;
 
-    fn claim_of(row: &ClaimedRow) -> (Uuid, Uuid, i32) {
-        (row.payout.transfer_id, Uuid::nil(), row.attempt)
+    fn claim_of(row: &ClaimedRow) -> (Uuid, i32) {
+        (row.payout.transfer_id, row.attempt)
     }
 
     fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedRow>, StoreError>> {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
-use crate::queue::worker::{BacklogGauges, QueueName, Work, Worker, WorkerLimits};
+use crate::queue::worker::{call_window, BacklogGauges, QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
 use crate::store::{DeliveryStore, Store, StoreError};
@@ -123,6 +123,7 @@ pub struct DeliveryWork {
 
 impl Work for DeliveryWork {
     type Row = ClaimedDelivery;
+    type Key = (Uuid, Uuid);
     type Outcome = DeliverySettlement;
 
     const QUEUE: QueueName = QueueName::Webhooks;
@@ -131,8 +132,8 @@ impl Work for DeliveryWork {
     // for their share: free slots are claimed for as soon as any settle.
     const CLAIM_AFTER_SETTLING: bool = true;
 
-    fn claim_of(row: &ClaimedDelivery) -> (Uuid, Uuid, i32) {
-        (row.event_id, row.endpoint_id, row.attempt)
+    fn claim_of(row: &ClaimedDelivery) -> ((Uuid, Uuid), i32) {
+        ((row.event_id, row.endpoint_id), row.attempt)
     }
 
     fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedDelivery>, StoreError>> {
@@ -183,7 +184,10 @@ impl Work for DeliveryWork {
 
     fn release(&self, rows: Vec<ClaimedDelivery>) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
-        let claims: Vec<(Uuid, Uuid, i32)> = rows.iter().map(Self::claim_of).collect();
+        let claims: Vec<(Uuid, Uuid, i32)> = rows
+            .iter()
+            .map(|r| (r.event_id, r.endpoint_id, r.attempt))
+            .collect();
         async move { store.release(&claims).await.map(|_| ()) }.boxed()
     }
 
@@ -215,12 +219,7 @@ pub fn start(
     limits: WebhookLimits,
     settle_timeout: Duration,
 ) -> Addr<Worker<DeliveryWork>> {
-    // An attempt started within this window ends, timeout included, before
-    // its lease does: no takeover overlaps it.
-    let call_window = limits
-        .lease
-        .checked_sub(limits.attempt_timeout + settle_timeout)
-        .filter(|w| !w.is_zero())
+    let call_window = call_window(limits.lease, limits.attempt_timeout, settle_timeout)
         .expect("the configuration was validated");
     let worker_limits = WorkerLimits {
         concurrency_max: limits.concurrency_max,

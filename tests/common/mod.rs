@@ -407,6 +407,8 @@ pub fn relay_flags(provider_url: &str) -> Vec<String> {
         provider_url,
         "--relay-poll",
         "200ms",
+        "--provider-poll-scan-interval",
+        "200ms",
         "--relay-retry-base",
         "20ms",
         "--relay-retry-cap",

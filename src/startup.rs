@@ -12,7 +12,7 @@ use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::console::ConsoleState;
 use crate::reaper::Reaper;
-use crate::relay::{LagGate, RelayHandle, RelayNudge};
+use crate::relay::{LagGate, RelayHandle, RelayNudge, RelayOutlet};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::started::{Parts, Started};
 use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
@@ -177,14 +177,17 @@ async fn start_shards(
     relay: Option<&RelayHandle>,
     parts: &mut Parts,
 ) -> anyhow::Result<ShardRouter> {
+    let outlet = RelayOutlet {
+        handoff: relay.map(|r| r.handoff.clone()),
+        nudge: RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
+        lag: relay.map_or_else(LagGate::open, |r| r.lag.clone()),
+    };
     let (shards, arbiters) = ShardRouter::start(
         config.shards,
         store,
         ShardLimits::from(config),
         config.coalesce_timeout,
-        relay.map(|r| r.handoff.clone()),
-        relay.map_or_else(LagGate::open, |r| r.lag.clone()),
-        RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
+        Arc::new(outlet),
     )
     .await?;
     parts.extend(arbiters.into_iter().map(|a| Started::thread("a shard", a)));

@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 
-use super::Relay;
+use super::{LagGate, Relay, RelayNudge};
+use crate::domain::Transfer;
+use crate::provider::Payout;
 use crate::queue::worker::{Deliver, HeldCount};
+use crate::shard::Outlet;
 use crate::store::outbox::ClaimedRow;
 
 /// Count of rows handed over (or reserved for a flush in flight) and not yet
@@ -51,6 +54,64 @@ impl HandoffCount {
 impl HeldCount for HandoffCount {
     fn release(&self, n: usize) {
         HandoffCount::release(self, n);
+    }
+}
+
+/// The shards' [`Outlet`]: rows a flush claimed go to this process's relay
+/// (when it has one and room), rows written unclaimed wake every process's
+/// relays, and new keys are refused while settlement lags.
+pub struct RelayOutlet {
+    /// `None` when this process has no relay.
+    pub handoff: Option<Handoff>,
+    /// Wakes the relays of every process.
+    pub nudge: RelayNudge,
+    /// Closed while settlement lags (`--outbox-lag-max`).
+    pub lag: LagGate,
+}
+
+impl Outlet for RelayOutlet {
+    fn reserve(&self, n: usize) -> Option<Duration> {
+        let h = self.handoff.as_ref()?;
+        h.try_reserve(n).then(|| h.lease())
+    }
+
+    fn release(&self, n: usize) {
+        if let Some(h) = &self.handoff {
+            h.release(n);
+        }
+    }
+
+    fn deliver(&self, transfers: Vec<Transfer>, claimed_at: Instant) {
+        match &self.handoff {
+            Some(h) => h.deliver(transfers.iter().map(claimed_row).collect(), claimed_at),
+            None => assert!(transfers.is_empty(), "rows are claimed only with a relay"),
+        }
+    }
+
+    fn wake(&self) {
+        self.nudge.nudge();
+    }
+
+    fn lagging(&self) -> bool {
+        self.lag.is_lagging()
+    }
+}
+
+/// The outbox row a flush wrote claimed for a new transfer: its first claim.
+fn claimed_row(transfer: &Transfer) -> ClaimedRow {
+    let r = &transfer.request;
+    ClaimedRow {
+        payout: Payout {
+            transfer_id: transfer.id,
+            account_owner: transfer.client_id.0,
+            amount: r.amount.minor_units(),
+            currency: r.currency.code().to_owned(),
+            source_account: r.source_account.as_str().to_owned(),
+            destination_account: r.destination_account.as_str().to_owned(),
+        },
+        attempt: 1,
+        budget_used: 1,
+        ambiguous: false,
     }
 }
 

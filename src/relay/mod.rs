@@ -7,7 +7,7 @@ pub mod lag;
 mod nudge;
 mod work;
 
-pub use handoff::{Handoff, HandoffCount};
+pub use handoff::{Handoff, HandoffCount, RelayOutlet};
 pub use lag::LagGate;
 pub use nudge::RelayNudge;
 pub use work::OutboxWork;

@@ -6,11 +6,9 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::cache::{CachedAnswer, ReplayCache, Scope};
+use super::Outlet;
 use super::{verdict, ShardLimits, Verdict};
 use crate::domain::{BodyDigest, Fingerprint};
-use crate::provider::Payout;
-use crate::relay::{Handoff, RelayNudge};
-use crate::store::outbox::ClaimedRow;
 use crate::store::{KeyWrite, OutboxHandoff, Store, StoreError, WriteOutcome};
 
 /// One attempt of `POST /transfers`, handed to its shard.
@@ -78,11 +76,9 @@ pub struct Shard {
     metrics: ShardMetrics,
     store: Store,
     limits: ShardLimits,
-    /// Where rows claimed by a flush go; `None` when this process has no relay.
-    handoff: Option<Handoff>,
-    /// Wakes the relays of every process after a flush committed rows that
-    /// none of them claimed.
-    nudge: RelayNudge,
+    /// Where committed transfers go: rows a flush claimed to this process's
+    /// relay; for rows written unclaimed, a wake-up of every process's.
+    outlet: Arc<dyn Outlet>,
     /// Attempts of new keys waiting for the next flush.
     queue: VecDeque<Submit>,
     /// Parts of a failed flush, retried before anything new so that the
@@ -111,8 +107,7 @@ impl Shard {
         store: Store,
         limits: ShardLimits,
         cache: Arc<ReplayCache>,
-        handoff: Option<Handoff>,
-        nudge: RelayNudge,
+        outlet: Arc<dyn Outlet>,
     ) -> Self {
         assert!(limits.batch_size_max > 0 && limits.flushes_in_flight_max > 0);
         assert!(limits.overlap_batch_min > 0);
@@ -121,8 +116,7 @@ impl Shard {
             metrics: ShardMetrics::new(index),
             store,
             limits,
-            handoff,
-            nudge,
+            outlet,
             queue: VecDeque::new(),
             split: VecDeque::new(),
             waiting: HashMap::new(),
@@ -185,9 +179,9 @@ impl Shard {
             .map(|s| (s.write, (s.reply, s.body)))
             .unzip();
         // Claim the rows for this process's relay when it has room for them.
-        let handoff = match &self.handoff {
-            Some(h) if h.try_reserve(n) => OutboxHandoff::Claimed { lease: h.lease() },
-            _ => OutboxHandoff::Unclaimed,
+        let handoff = match self.outlet.reserve(n) {
+            Some(lease) => OutboxHandoff::Claimed { lease },
+            None => OutboxHandoff::Unclaimed,
         };
         let (executed_tx, executed_rx) = oneshot::channel();
         let store = self.store.clone();
@@ -243,9 +237,7 @@ impl Shard {
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                if let Some(h) = &self.handoff {
-                    h.release(reserved);
-                }
+                self.outlet.release(reserved);
                 self.flush_failed(writes, replies, e, lock_retries);
                 return;
             }
@@ -267,7 +259,7 @@ impl Shard {
                     let answer = write.answer();
                     let _ = reply.send(Verdict::Created(answer.clone()));
                     if reserved > 0 {
-                        claimed.push(claimed_row(&write));
+                        claimed.push(write.transfer);
                     }
                     Some((answer, until(self.limits.flush.key_retention)))
                 }
@@ -289,13 +281,15 @@ impl Shard {
             });
             self.release(&scope, cached, Verdict::Unavailable);
         }
-        if let Some(h) = &self.handoff {
-            h.release(reserved - claimed.len());
-            h.deliver(claimed, started);
-        }
+        assert!(
+            claimed.len() <= reserved,
+            "a flush claims only rows it reserved"
+        );
+        self.outlet.release(reserved - claimed.len());
+        self.outlet.deliver(claimed, started);
         // Committed: a relay woken now finds the rows.
         if wake_relays {
-            self.nudge.nudge();
+            self.outlet.wake();
         }
     }
 
@@ -398,24 +392,6 @@ fn resubmit(
         .zip(replies)
         .map(|(write, (reply, body))| Submit { write, body, reply })
         .collect()
-}
-
-/// The outbox row a flush wrote claimed for `write`'s transfer.
-fn claimed_row(write: &KeyWrite) -> ClaimedRow {
-    let r = &write.transfer.request;
-    ClaimedRow {
-        payout: Payout {
-            transfer_id: write.transfer.id,
-            account_owner: write.transfer.client_id.0,
-            amount: r.amount.minor_units(),
-            currency: r.currency.code().to_owned(),
-            source_account: r.source_account.as_str().to_owned(),
-            destination_account: r.destination_account.as_str().to_owned(),
-        },
-        attempt: 1,
-        budget_used: 1,
-        ambiguous: false,
-    }
 }
 
 fn scope_of(write: &KeyWrite) -> Scope {

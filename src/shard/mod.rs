@@ -4,6 +4,7 @@
 
 mod actor;
 mod cache;
+mod outlet;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,11 +13,11 @@ use actix::{Actor, Addr, Arbiter};
 use sha2::{Digest, Sha256};
 
 use crate::domain::{BodyDigest, ClientId, Fingerprint, IdempotencyKey};
-use crate::relay::{Handoff, LagGate, RelayNudge};
 use crate::store::{FlushLimits, KeyWrite, Store, StoreError, StoredAnswer};
 
 pub use actor::{Shard, Submit};
 pub use cache::{CachedAnswer, ReplayCache, Scope};
+pub use outlet::Outlet;
 
 impl From<&crate::config::ServeConfig> for ShardLimits {
     fn from(config: &crate::config::ServeConfig) -> Self {
@@ -85,8 +86,9 @@ pub struct ShardRouter {
     /// Replays answered on the fast path, registered once (as the shards
     /// register theirs).
     cache_hits: metrics::Counter,
-    /// Closed while settlement lags.
-    lag: LagGate,
+    /// Where committed transfers go; closed to new keys while settlement
+    /// lags.
+    outlet: Arc<dyn Outlet>,
     /// Attempts refused while it was closed.
     lag_refusals: metrics::Counter,
 }
@@ -102,9 +104,7 @@ impl ShardRouter {
         store: &Store,
         limits: ShardLimits,
         coalesce_timeout: Duration,
-        handoff: Option<Handoff>,
-        lag: LagGate,
-        nudge: RelayNudge,
+        outlet: Arc<dyn Outlet>,
     ) -> Result<(Self, Vec<Arbiter>), StoreError> {
         assert!(count > 0, "at least one shard");
         let mut arbiters = Vec::with_capacity(count);
@@ -122,12 +122,11 @@ impl ShardRouter {
             ));
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
-            let handoff = handoff.clone();
-            let nudge = nudge.clone();
+            let outlet = outlet.clone();
             shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
                 // A real bound: `try_send` fails once this many messages wait.
                 ctx.set_mailbox_capacity(limits.queue_len_max);
-                Shard::new(index, store, limits, cache, handoff, nudge)
+                Shard::new(index, store, limits, cache, outlet)
             }));
             arbiters.push(arbiter);
         }
@@ -138,7 +137,7 @@ impl ShardRouter {
                 caches: caches.into(),
                 cache_hits: metrics::counter!("payrail_replay_cache_hits_total"),
                 coalesce_timeout,
-                lag,
+                outlet,
                 lag_refusals: metrics::counter!("payrail_transfers_refused_lagging_total"),
             },
             arbiters,
@@ -166,7 +165,7 @@ impl ShardRouter {
     /// attempt whose answer is no longer in memory is refused alike (its
     /// retry after the lag gets it).
     pub async fn submit(&self, write: KeyWrite, body: BodyDigest) -> Verdict {
-        if self.lag.is_lagging() {
+        if self.outlet.lagging() {
             self.lag_refusals.increment(1);
             return Verdict::Lagging;
         }

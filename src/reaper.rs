@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use actix::prelude::*;
 
 use crate::domain::webhook::event_id_floor;
-use crate::store::{Store, StoreError};
+use crate::store::{EndpointStore, EventStore, KeyStore, NotificationStore, Store, StoreError};
 
 /// The expired-key backlog is counted up to this many rows: past it the
 /// figure only says "at least", and stays cheap to read.
@@ -49,14 +49,32 @@ impl From<&crate::config::ServeConfig> for ReaperLimits {
 pub fn start(config: &crate::config::ServeConfig, store: &Store) -> (Addr<Reaper>, Arbiter) {
     let arbiter = Arbiter::new();
     let limits = ReaperLimits::from(config);
-    let store = store.clone();
-    let addr = Reaper::start_in_arbiter(&arbiter.handle(), move |_| Reaper::new(store, limits));
+    let stores = ReapedStores {
+        keys: store.keys(),
+        events: store.events(),
+        endpoints: store.endpoints(),
+        notifications: store.notifications(),
+    };
+    let addr = Reaper::start_in_arbiter(&arbiter.handle(), move |_| Reaper::new(stores, limits));
     (addr, arbiter)
+}
+
+/// The tables the reaper deletes from, each through its own handle.
+#[derive(Clone)]
+pub struct ReapedStores {
+    /// Expired idempotency keys.
+    pub keys: KeyStore,
+    /// Events past their retention.
+    pub events: EventStore,
+    /// Endpoints deleted past the event retention.
+    pub endpoints: EndpointStore,
+    /// Provider notification ids past theirs.
+    pub notifications: NotificationStore,
 }
 
 /// Deletes expired key rows and old events on a timer; one tick at a time.
 pub struct Reaper {
-    store: Store,
+    stores: ReapedStores,
     limits: ReaperLimits,
     busy: bool,
     metrics: ReaperMetrics,
@@ -88,9 +106,9 @@ impl ReaperMetrics {
 
 impl Reaper {
     /// A reaper that starts ticking once started.
-    pub fn new(store: Store, limits: ReaperLimits) -> Self {
+    pub fn new(stores: ReapedStores, limits: ReaperLimits) -> Self {
         Self {
-            store,
+            stores,
             limits,
             busy: false,
             metrics: ReaperMetrics::new(),
@@ -102,13 +120,12 @@ impl Reaper {
             return;
         }
         self.busy = true;
-        let store = self.store.clone();
-        let (keys_store, events_store, endpoints_store, notifications_store) = (
-            store.keys(),
-            store.events(),
-            store.endpoints(),
-            store.notifications(),
-        );
+        let ReapedStores {
+            keys: keys_store,
+            events: events_store,
+            endpoints: endpoints_store,
+            notifications: notifications_store,
+        } = self.stores.clone();
         let limits = self.limits;
         let m = self.metrics.clone();
         let work = async move {
@@ -139,7 +156,7 @@ impl Reaper {
                     "purged webhook endpoints deleted past the retention"
                 );
             }
-            match store.keys().expired_backlog(EXPIRED_COUNT_MAX).await {
+            match keys_store.expired_backlog(EXPIRED_COUNT_MAX).await {
                 Ok((count, oldest)) => {
                     m.expired_keys.set(count as f64);
                     m.expired_keys_oldest_age.set(oldest);

@@ -179,7 +179,7 @@ async fn start_shards(
 ) -> anyhow::Result<ShardRouter> {
     let outlet = RelayOutlet {
         handoff: relay.map(|r| r.handoff.clone()),
-        nudge: RelayNudge::start(store.clone(), config.relay.relay_wake_interval),
+        nudge: RelayNudge::start(store.outbox(), config.relay.relay_wake_interval),
         lag: relay.map_or_else(LagGate::open, |r| r.lag.clone()),
     };
     let (shards, arbiters) = ShardRouter::start(
@@ -199,7 +199,7 @@ async fn start_shards(
 fn listen_for_revocations(store: &Store, cache: Arc<AuthCache>) -> Started {
     let revocations =
         store
-            .clone()
+            .listener()
             .listen_forever(REVOKED_CHANNEL, Some(REVOKED_ACK_CHANNEL), move |heard| {
                 cache.on_revocation(heard)
             });

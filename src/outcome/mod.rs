@@ -84,7 +84,7 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
             let store = store.clone();
             Some(Worker::start_in_arbiter(&arbiter.handle(), move |_| {
                 let work = poller::PollWork::new(store.polls(), provider, limits);
-                Worker::new(work, store, worker_limits, None)
+                Worker::new(work, store.listener(), worker_limits, None)
             }))
         }
     };

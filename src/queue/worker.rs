@@ -28,7 +28,7 @@ use actix::prelude::*;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use crate::store::{Store, StoreError};
+use crate::store::{Listener, StoreError};
 
 /// The queues, as the `queue` label of the workers' metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,7 +239,8 @@ struct Held<R> {
 /// A queue's worker: an actor on a thread of its own.
 pub struct Worker<W: Work> {
     work: Arc<W>,
-    store: Store,
+    /// Its queue's channel, on a connection of its own.
+    listener: Listener,
     limits: WorkerLimits,
     metrics: QueueMetrics,
     handed_over: Option<Arc<dyn HeldCount>>,
@@ -267,7 +268,7 @@ impl<W: Work> Worker<W> {
     /// `handed_over` counts the rows [`Deliver`]ed to it.
     pub fn new(
         work: W,
-        store: Store,
+        listener: Listener,
         limits: WorkerLimits,
         handed_over: Option<Arc<dyn HeldCount>>,
     ) -> Self {
@@ -275,7 +276,7 @@ impl<W: Work> Worker<W> {
         assert!(!limits.call_window.is_zero(), "a claim leaves time to work");
         Self {
             work: Arc::new(work),
-            store,
+            listener,
             limits,
             metrics: QueueMetrics::new(W::QUEUE),
             handed_over,
@@ -575,7 +576,7 @@ impl<W: Work> Actor for Worker<W> {
         // (a Postgres restart, say). Polling covers the gaps.
         let me = ctx.address();
         let listen = self
-            .store
+            .listener
             .clone()
             .listen_forever(W::CHANNEL, None, move |_| {
                 let _ = me.try_send(Wake);

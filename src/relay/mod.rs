@@ -140,7 +140,7 @@ pub fn start_worker(
     };
     Relay::start_in_arbiter(&arbiter.handle(), move |_| {
         let work = OutboxWork::new(store.outbox(), provider, limits);
-        Worker::new(work, store, worker_limits, Some(handed_over))
+        Worker::new(work, store.listener(), worker_limits, Some(handed_over))
     })
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::store::Store;
+use crate::store::OutboxStore;
 
 /// What flushes use to ask for a wake-up. Cheap to clone.
 #[derive(Clone)]
@@ -26,9 +26,9 @@ pub struct RelayNudge {
 impl RelayNudge {
     /// Starts the notifier on the current runtime: one NOTIFY at most every
     /// `interval`, and none without a nudge.
-    pub fn start(store: Store, interval: Duration) -> Self {
+    pub fn start(outbox: OutboxStore, interval: Duration) -> Self {
         let wanted = Arc::new(Notify::new());
-        tokio::spawn(notify_when_wanted(store, wanted.clone(), interval));
+        tokio::spawn(notify_when_wanted(outbox, wanted.clone(), interval));
         Self { wanted }
     }
 
@@ -39,13 +39,13 @@ impl RelayNudge {
     }
 }
 
-async fn notify_when_wanted(store: Store, wanted: Arc<Notify>, interval: Duration) {
+async fn notify_when_wanted(outbox: OutboxStore, wanted: Arc<Notify>, interval: Duration) {
     let wakeups = metrics::counter!("payrail_relay_wakeups_total");
     loop {
         // With nobody waiting, `notify_one` keeps one permit: the nudges of
         // a whole interval come down to the next NOTIFY.
         wanted.notified().await;
-        match store.outbox().wake_relays().await {
+        match outbox.wake_relays().await {
             Ok(()) => wakeups.increment(1),
             Err(e) => tracing::warn!(error = %e, "could not wake the relays; they poll instead"),
         }

@@ -9,7 +9,7 @@ use super::cache::{CachedAnswer, ReplayCache, Scope};
 use super::Outlet;
 use super::{verdict, ShardLimits, Verdict};
 use crate::domain::{BodyDigest, Fingerprint};
-use crate::store::{KeyWrite, OutboxHandoff, Store, StoreError, WriteOutcome};
+use crate::store::{KeyStore, KeyWrite, OutboxHandoff, StoreError, WriteOutcome};
 
 /// One attempt of `POST /transfers`, handed to its shard.
 #[derive(Message)]
@@ -74,7 +74,8 @@ impl ShardMetrics {
 pub struct Shard {
     index: usize,
     metrics: ShardMetrics,
-    store: Store,
+    /// The flushes' statements, on this shard's own pool.
+    keys: KeyStore,
     limits: ShardLimits,
     /// Where committed transfers go: rows a flush claimed to this process's
     /// relay; for rows written unclaimed, a wake-up of every process's.
@@ -104,7 +105,7 @@ impl Shard {
     /// A shard with nothing queued, the only writer of `cache`.
     pub fn new(
         index: usize,
-        store: Store,
+        keys: KeyStore,
         limits: ShardLimits,
         cache: Arc<ReplayCache>,
         outlet: Arc<dyn Outlet>,
@@ -114,7 +115,7 @@ impl Shard {
         Self {
             index,
             metrics: ShardMetrics::new(index),
-            store,
+            keys,
             limits,
             outlet,
             queue: VecDeque::new(),
@@ -184,12 +185,11 @@ impl Shard {
             None => OutboxHandoff::Unclaimed,
         };
         let (executed_tx, executed_rx) = oneshot::channel();
-        let store = self.store.clone();
+        let keys = self.keys.clone();
         let limits = self.limits.flush;
         let started = Instant::now();
         let flush = async move {
-            let result = store
-                .keys()
+            let result = keys
                 .write_keys(&writes, handoff, limits, move || {
                     let _ = executed_tx.send(());
                 })

@@ -113,12 +113,12 @@ impl ShardRouter {
         let mut warming = Vec::with_capacity(count);
         for index in 0..count {
             let arbiter = Arbiter::new();
-            let store = store.with_own_pool(limits.flushes_in_flight_max)?;
-            let keys = store.keys();
+            let keys = store.with_own_pool(limits.flushes_in_flight_max)?.keys();
+            let warming_keys = keys.clone();
             warming.push(crate::warm::on(
                 arbiter.handle(),
                 "a shard's Postgres connections",
-                async move { keys.warm().await },
+                async move { warming_keys.warm().await },
             ));
             let cache = Arc::new(ReplayCache::new(limits.cache_entries_max));
             caches.push(cache.clone());
@@ -126,7 +126,7 @@ impl ShardRouter {
             shards.push(Shard::start_in_arbiter(&arbiter.handle(), move |ctx| {
                 // A real bound: `try_send` fails once this many messages wait.
                 ctx.set_mailbox_capacity(limits.queue_len_max);
-                Shard::new(index, store, limits, cache, outlet)
+                Shard::new(index, keys, limits, cache, outlet)
             }));
             arbiters.push(arbiter);
         }

@@ -22,8 +22,7 @@ impl Store {
     /// requests, each of a key not yet cached, otherwise wait on them.
     /// Returns how many are open.
     pub async fn warm_auth(&self) -> Result<usize, StoreError> {
-        self.warm_pool(&self.auth_pool, usize::MAX, &[AUTHENTICATE])
-            .await
+        self.auth_pool.warm(usize::MAX, &[AUTHENTICATE]).await
     }
 
     /// Creates a client and its first API key; returns the key once, in clear.
@@ -66,7 +65,7 @@ impl Store {
     pub async fn revoke_api_key(&self, hash: &ApiKeyHash) -> Result<Revocation, StoreError> {
         let payload = hex::encode(hash.0);
         let payload = payload.as_str();
-        let mut acks = self.subscribe(REVOKED_ACK_CHANNEL).await?;
+        let mut acks = self.listener().subscribe(REVOKED_ACK_CHANNEL).await?;
         let (revoked, listeners) = self
             .with_client(|mut client| async move {
                 // Named before the commit, by their backends' process ids:

@@ -7,7 +7,7 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use super::tx::OpenTx;
-use super::{Store, StoreError};
+use super::{Db, StoreError};
 use crate::domain::{ClientId, Fingerprint, IdempotencyKey, Transfer};
 
 /// The first answer given for a key, kept byte for byte so replays are identical.
@@ -174,7 +174,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE expires_at <=
 /// Idempotency keys: the shards' flushes (a key, its transfer and its
 /// outbox row in one statement) and the reaper's deletions.
 #[derive(Clone)]
-pub struct KeyStore(pub(super) Store);
+pub struct KeyStore(pub(super) Db);
 
 impl KeyStore {
     /// Opens every connection of the pool and prepares the flush's

@@ -9,7 +9,7 @@ impl Store {
     /// Applies pending migrations. An advisory lock serializes processes that
     /// start at the same time, since refinery itself does not lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.pool.pool().get().await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_ID])
             .await?;
@@ -31,14 +31,15 @@ impl Store {
     /// ones stay ready.
     pub async fn schema_is_runnable(&self) -> Result<bool, StoreError> {
         let known = newest_known_migration();
-        self.on_pool(&self.ready_pool, |client| async move {
-            let row = client
-                .query_opt("SELECT MAX(version) FROM refinery_schema_history", &[])
-                .await?;
-            let applied: Option<i32> = row.and_then(|r| r.get(0));
-            Ok(runnable(applied, known))
-        })
-        .await
+        self.ready_pool
+            .with_client(|client| async move {
+                let row = client
+                    .query_opt("SELECT MAX(version) FROM refinery_schema_history", &[])
+                    .await?;
+                let applied: Option<i32> = row.and_then(|r| r.get(0));
+                Ok(runnable(applied, known))
+            })
+            .await
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod clients;
 pub mod console;
+mod db;
 mod keys;
 mod migrate;
 pub mod notifications;
@@ -26,12 +27,13 @@ use crate::config::DatabaseConfig;
 
 pub use clients::{Revocation, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 pub use console::ConsoleStore;
+pub use db::Db;
 pub use keys::{
     FlushLimits, KeyStore, KeyWrite, LiveAnswer, OutboxHandoff, StoredAnswer, WriteOutcome,
     CREATED_STATUS,
 };
 pub use notifications::NotificationStore;
-pub use notify::Heard;
+pub use notify::{Heard, Listener};
 pub use outbox::OutboxStore;
 pub use polls::PollStore;
 pub use transfers::TransferPage;
@@ -110,15 +112,16 @@ fn db_detail(e: &tokio_postgres::Error) -> String {
 /// Cheap to clone; every actor holds one.
 #[derive(Clone)]
 pub struct Store {
-    pool: Pool,
+    /// The write pool: every handle made from this `Store` gets it.
+    pool: Db,
     /// A small pool of its own for who-is-calling lookups, so that a flood
     /// of unknown API keys can exhaust only it, never the connections that
     /// write transfers.
-    auth_pool: Pool,
+    auth_pool: Db,
     /// One connection for readiness alone: neither a flood of unknown API
     /// keys nor busy writers can make a healthy process look unready to
     /// its load balancer.
-    ready_pool: Pool,
+    ready_pool: Db,
     /// For the relay's LISTEN connection, which must not come from the pool.
     pg_config: tokio_postgres::Config,
     op_timeout: Duration,
@@ -170,10 +173,14 @@ impl Store {
             cfg.db_timeout.as_millis()
         ));
         let connect_timeout = cfg.db_connect_timeout;
+        let db = |size| {
+            build_pool(&pg, size, cfg.db_timeout, connect_timeout)
+                .map(|p| Db::new(p, cfg.db_timeout))
+        };
         Ok(Self {
-            pool: build_pool(&pg, cfg.db_pool_size, cfg.db_timeout, connect_timeout)?,
-            auth_pool: build_pool(&pg, cfg.auth_db_pool_size, cfg.db_timeout, connect_timeout)?,
-            ready_pool: build_pool(&pg, 1, cfg.db_timeout, connect_timeout)?,
+            pool: db(cfg.db_pool_size)?,
+            auth_pool: db(cfg.auth_db_pool_size)?,
+            ready_pool: db(1)?,
             pg_config: pg,
             op_timeout: cfg.db_timeout,
             connect_timeout,
@@ -192,50 +199,56 @@ impl Store {
     pub fn with_own_pool(&self, size: usize) -> Result<Self, StoreError> {
         assert!(size > 0, "a pool of no connections can run nothing");
         Ok(Self {
-            pool: build_pool(&self.pg_config, size, self.op_timeout, self.connect_timeout)?,
+            pool: Db::new(
+                build_pool(&self.pg_config, size, self.op_timeout, self.connect_timeout)?,
+                self.op_timeout,
+            ),
             ..self.clone()
         })
     }
 
     /// The idempotency keys' statements (the shards' flushes, the reaper).
     pub fn keys(&self) -> KeyStore {
-        KeyStore(self.clone())
+        KeyStore(self.pool.clone())
     }
 
     /// The outbox's statements (the relay, `payrail outbox`).
     pub fn outbox(&self) -> OutboxStore {
-        OutboxStore(self.clone())
+        OutboxStore(self.pool.clone())
     }
 
     /// Status lookups of `processing` transfers (the poller, `payrail
     /// transfers stuck`).
     pub fn polls(&self) -> PollStore {
-        PollStore(self.clone())
+        PollStore(self.pool.clone())
     }
 
     /// Provider notifications' statements (their endpoint, the reaper).
     pub fn notifications(&self) -> NotificationStore {
-        NotificationStore(self.clone())
+        NotificationStore(self.pool.clone())
     }
 
     /// Webhook deliveries' statements (the delivery worker).
     pub fn deliveries(&self) -> DeliveryStore {
-        DeliveryStore(self.clone())
+        DeliveryStore(self.pool.clone())
     }
 
     /// Webhook endpoints' statements (the API, the reaper).
     pub fn endpoints(&self) -> EndpointStore {
-        EndpointStore(self.clone())
+        EndpointStore(self.pool.clone())
     }
 
     /// Webhook events' statements (the API, the reaper).
     pub fn events(&self) -> EventStore {
-        EventStore(self.clone())
+        EventStore(self.pool.clone())
     }
 
     /// The operator console's statements.
     pub fn console(&self) -> ConsoleStore {
-        ConsoleStore(self.clone())
+        ConsoleStore {
+            write: self.pool.clone(),
+            auth: self.auth_pool.clone(),
+        }
     }
 
     /// Runs one operation on a connection of the write pool within `--db-timeout`.
@@ -244,7 +257,7 @@ impl Store {
         F: FnOnce(Object) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.on_pool(&self.pool, op).await
+        self.pool.with_client(op).await
     }
 
     /// Like `with_client`, on the authentication pool.
@@ -253,63 +266,7 @@ impl Store {
         F: FnOnce(Object) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.on_pool(&self.auth_pool, op).await
-    }
-
-    /// Opens up to `connections` connections of `pool` at once (at most its
-    /// size) and prepares `statements` on each, within `--db-timeout`;
-    /// returns how many are open.
-    ///
-    /// Why: a pool opens connections as work first needs them, so a fresh
-    /// process's first burst waits on new server processes (a fork, the
-    /// login, the catalog read anew by each statement's first parse) while
-    /// the work queues behind it. Statements are prepared under the same
-    /// text the work uses, so the connection's statement cache has them.
-    async fn warm_pool(
-        &self,
-        pool: &Pool,
-        connections: usize,
-        statements: &[&str],
-    ) -> Result<usize, StoreError> {
-        let wanted = connections.min(pool.status().max_size);
-        let run = async {
-            // Held together, so each is a connection of its own.
-            let clients = futures::future::try_join_all((0..wanted).map(|_| pool.get())).await?;
-            futures::future::try_join_all(clients.iter().map(|client| async move {
-                for sql in statements {
-                    client.prepare_cached(sql).await?;
-                }
-                Ok::<_, StoreError>(())
-            }))
-            .await?;
-            Ok::<_, StoreError>(clients.len())
-        };
-        let opened = tokio::time::timeout(self.op_timeout, run)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))??;
-        assert!(opened <= wanted, "no more connections than asked for");
-        Ok(opened)
-    }
-
-    /// [`Store::warm_pool`] on the write pool.
-    async fn warm(&self, connections: usize, statements: &[&str]) -> Result<usize, StoreError> {
-        self.warm_pool(&self.pool, connections, statements).await
-    }
-
-    /// One operation on a connection of `pool`, the pool wait included,
-    /// within `--db-timeout`.
-    async fn on_pool<T, F, Fut>(&self, pool: &Pool, op: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(Object) -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        let run = async {
-            let client = pool.get().await?;
-            op(client).await
-        };
-        tokio::time::timeout(self.op_timeout, run)
-            .await
-            .map_err(|_| StoreError::Timeout(self.op_timeout))?
+        self.auth_pool.with_client(op).await
     }
 
     /// True when Postgres answers and the schema is one this build can run

@@ -7,7 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::status::{Applied, Source};
-use super::{Store, StoreError};
+use super::{Db, StoreError};
 use crate::domain::ProviderReport;
 
 /// Records the ids not seen before (with their transfer and what they
@@ -46,7 +46,7 @@ pub struct NotificationReport {
 
 /// The statements of provider notifications.
 #[derive(Clone)]
-pub struct NotificationStore(pub(super) Store);
+pub struct NotificationStore(pub(super) Db);
 
 impl NotificationStore {
     /// Applies the notifications not seen before, in one transaction with

@@ -11,6 +11,24 @@ use tokio_postgres::AsyncMessage;
 
 use super::{Store, StoreError};
 
+/// What a listener needs, and all it holds: how to open a connection of its
+/// own, and `--db-timeout`.
+#[derive(Clone)]
+pub struct Listener {
+    pg_config: tokio_postgres::Config,
+    op_timeout: Duration,
+}
+
+impl Store {
+    /// LISTEN/NOTIFY for this database, on connections of its own.
+    pub fn listener(&self) -> Listener {
+        Listener {
+            pg_config: self.pg_config.clone(),
+            op_timeout: self.op_timeout,
+        }
+    }
+}
+
 /// How long a listener waits before reconnecting after its connection broke.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// Unread payloads a subscription holds before its connection task waits.
@@ -34,7 +52,7 @@ pub(super) fn listener_name(channel: &str) -> String {
     format!("payrail-listen-{channel}")
 }
 
-impl Store {
+impl Listener {
     /// A connection outside the pool, opened within `--db-timeout`: a
     /// listener must not be recycled or handed to anyone else.
     async fn connect_own(

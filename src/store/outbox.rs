@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
 use super::status::{self, Source};
-use super::{Store, StoreError};
+use super::{Db, StoreError};
 use crate::domain::{ProviderReport, ProviderText};
 use crate::provider::Payout;
 
@@ -197,7 +197,7 @@ ON CONFLICT DO NOTHING";
 /// The outbox as its workers and operators see it: claim, settle, give
 /// back, list, retry, and the backlog figures.
 #[derive(Clone)]
-pub struct OutboxStore(pub(super) Store);
+pub struct OutboxStore(pub(super) Db);
 
 impl OutboxStore {
     /// Opens every connection of the pool and prepares the relay's claim

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
 use super::status::{Applied, Source};
-use super::{Store, StoreError};
+use super::{Db, StoreError};
 use crate::domain::{ProviderReport, ProviderText};
 
 /// The channel pollers listen on (nothing announces polls today: rows fall
@@ -98,7 +98,7 @@ pub struct PollStats {
 
 /// The poll queue's statements.
 #[derive(Clone)]
-pub struct PollStore(pub(super) Store);
+pub struct PollStore(pub(super) Db);
 
 impl PollStore {
     /// Claims up to `limit` due lookups for `lease`.

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::{Store, StoreError};
+use super::{Db, Store, StoreError};
 use crate::domain::{
     AccountId, Amount, Anomaly, ClientId, Currency, Description, IdempotencyKey, Metadata,
     NewTransfer, Transfer, TransferStatus,
@@ -43,24 +43,6 @@ impl Store {
                 .await?;
             client
                 .query_opt(&stmt, &[&id, &client_id.0])
-                .await?
-                .as_ref()
-                .map(transfer_from_row)
-                .transpose()
-        })
-        .await
-    }
-
-    /// A transfer by id alone, whoever its client (the operator console).
-    pub(super) async fn transfer_by_id(&self, id: Uuid) -> Result<Option<Transfer>, StoreError> {
-        self.with_client(|client| async move {
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1"
-                ))
-                .await?;
-            client
-                .query_opt(&stmt, &[&id])
                 .await?
                 .as_ref()
                 .map(transfer_from_row)
@@ -196,4 +178,22 @@ fn anomalies_of(row: &tokio_postgres::Row) -> Result<Vec<Anomaly>, StoreError> {
 
 fn corrupt_json(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
     move |e| StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// A transfer by id alone, whoever its client (the operator console).
+pub(super) async fn transfer_by_id(db: &Db, id: Uuid) -> Result<Option<Transfer>, StoreError> {
+    db.with_client(|client| async move {
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1"
+            ))
+            .await?;
+        client
+            .query_opt(&stmt, &[&id])
+            .await?
+            .as_ref()
+            .map(transfer_from_row)
+            .transpose()
+    })
+    .await
 }

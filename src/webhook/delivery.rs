@@ -239,7 +239,7 @@ pub fn start(
                 "payrail_webhook_oldest_due_age_seconds",
             ),
         };
-        Worker::new(work, store, worker_limits, None)
+        Worker::new(work, store.listener(), worker_limits, None)
     })
 }
 

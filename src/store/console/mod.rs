@@ -21,7 +21,7 @@ mod sessions;
 mod transfers;
 
 use super::webhooks::{deliveries_of, DeliveryRecord};
-use super::{Store, StoreError};
+use super::{Db, StoreError};
 use crate::domain::{Transfer, TransferStatus};
 
 /// A signed-in operator, as a request's session names them.
@@ -269,7 +269,12 @@ const LIVE_WINDOW: Duration = Duration::from_secs(5);
 
 /// The console's statements.
 #[derive(Clone)]
-pub struct ConsoleStore(pub(in crate::store) Store);
+pub struct ConsoleStore {
+    /// The pages' reads and the repairs.
+    pub(in crate::store) write: Db,
+    /// Session checks, beside the API's key lookups.
+    pub(in crate::store) auth: Db,
+}
 
 /// Fills in each event's deliveries (one query for the page).
 async fn attach_deliveries(

@@ -20,7 +20,7 @@ impl ConsoleStore {
         limit: i64,
     ) -> Result<(Vec<DeadRow>, i64), StoreError> {
         let error = error.map(str::to_owned);
-        self.0
+        self.write
             .with_client(|client| async move {
                 let page: [&(dyn ToSql + Sync); 2] = [&error, &limit];
                 let all: [&(dyn ToSql + Sync); 1] = [&error];
@@ -67,7 +67,7 @@ impl ConsoleStore {
         before: Option<Uuid>,
         page: i64,
     ) -> Result<(Vec<EventLine>, Option<Uuid>), StoreError> {
-        self.0
+        self.write
             .with_client(|client| async move {
                 let rows = if dead_only {
                     client
@@ -107,7 +107,7 @@ impl ConsoleStore {
     /// Endpoints that need an operator: disabled ones, and live ones with
     /// dead deliveries.
     pub async fn endpoints(&self, limit: i64) -> Result<Vec<EndpointLine>, StoreError> {
-        self.0
+        self.write
             .with_client(|client| async move {
                 let rows = client
                     .query(
@@ -128,7 +128,7 @@ impl ConsoleStore {
     /// One endpoint, when it needs an operator (disabled, or with dead
     /// deliveries).
     pub async fn endpoint(&self, id: Uuid) -> Result<Option<EndpointLine>, StoreError> {
-        self.0
+        self.write
             .with_client(|client| async move {
                 let row = client
                     .query_opt(
@@ -152,7 +152,7 @@ impl ConsoleStore {
         before: Option<i64>,
         page: i64,
     ) -> Result<(Vec<AuditLine>, Option<i64>), StoreError> {
-        self.0
+        self.write
             .with_client(|client| async move {
                 let rows = client
                     .query(
@@ -178,7 +178,7 @@ impl ConsoleStore {
     pub async fn live(&self) -> Result<Live, StoreError> {
         let since = event_id_floor(std::time::SystemTime::now() - LIVE_WINDOW);
         let window = LIVE_WINDOW.as_secs_f64();
-        self.0
+        self.write
             .with_client(|client| async move {
                 let row = client
                     .query_one(

@@ -27,7 +27,7 @@ impl ConsoleStore {
             (None, None) => "all dead rows".to_owned(),
         };
         let operator = operator.clone();
-        self.0
+        self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let n = crate::store::outbox::requeue_dead(
@@ -52,7 +52,7 @@ impl ConsoleStore {
         event_id: Uuid,
     ) -> Result<Option<u64>, StoreError> {
         let operator = operator.clone();
-        self.0
+        self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let Some(n) = requeue_deliveries(&tx, None, event_id).await? else {
@@ -75,7 +75,7 @@ impl ConsoleStore {
         rows_max: i64,
     ) -> Result<Option<u64>, StoreError> {
         let operator = operator.clone();
-        self.0
+        self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let Some(n) = revive_endpoint(&tx, endpoint_id, rows_max).await? else {

@@ -14,7 +14,7 @@ impl ConsoleStore {
         let id = Uuid::now_v7();
         let token = ConsoleSecret::operator_token();
         let hash = token.hash();
-        self.0
+        self.write
             .with_client(|client| async move {
                 client
                     .execute(
@@ -31,7 +31,7 @@ impl ConsoleStore {
     /// Revokes a live operator token and ends its sessions at once; false
     /// when no live token matches.
     pub async fn revoke_operator(&self, hash: &ConsoleSecretHash) -> Result<bool, StoreError> {
-        self.0
+        self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let row = tx
@@ -64,7 +64,7 @@ impl ConsoleStore {
         csrf_token: &str,
         ttl: Duration,
     ) -> Result<Option<String>, StoreError> {
-        self.0
+        self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let Some(op) = tx
@@ -100,8 +100,8 @@ impl ConsoleStore {
         &self,
         secret: &ConsoleSecretHash,
     ) -> Result<Option<OperatorSession>, StoreError> {
-        self.0
-            .with_auth_client(|client| async move {
+        self.auth
+            .with_client(|client| async move {
                 let stmt = client
                     .prepare_cached(
                         "SELECT o.id, o.name, s.csrf_token, s.expires_at FROM operator_sessions s \
@@ -124,7 +124,7 @@ impl ConsoleStore {
 
     /// Ends a session.
     pub async fn sign_out(&self, secret: &ConsoleSecretHash) -> Result<(), StoreError> {
-        self.0
+        self.write
             .with_client(|client| async move {
                 client
                     .execute(

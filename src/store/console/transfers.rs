@@ -13,6 +13,7 @@ use super::{
 };
 use crate::domain::webhook::event_id_floor;
 use crate::domain::{Transfer, TransferStatus};
+use crate::store::transfers::transfer_by_id;
 use crate::store::StoreError;
 
 impl ConsoleStore {
@@ -30,7 +31,7 @@ impl ConsoleStore {
         let scan = Scan::of(filter, before, scan_max);
         let status = filter.status.map(TransferStatus::as_str);
         let reference = filter.provider_reference.clone();
-        self.0
+        self.write
             .with_client(|client| async move {
                 let n = scan.params.len();
                 let sql = format!(
@@ -92,7 +93,7 @@ impl ConsoleStore {
         limit: i64,
     ) -> Result<Vec<TransferLine>, StoreError> {
         let key = key.to_owned();
-        self.0
+        self.write
             .with_client(|client| async move {
                 let rows = client
                     .query(
@@ -114,13 +115,13 @@ impl ConsoleStore {
 
     /// One transfer's whole story; `None` when no transfer has this id.
     pub async fn timeline(&self, id: Uuid) -> Result<Option<Timeline>, StoreError> {
-        let Some(transfer) = self.0.transfer_by_id(id).await? else {
+        let Some(transfer) = transfer_by_id(&self.write, id).await? else {
             return Ok(None);
         };
         let client_id = transfer.client_id.0;
         let key = transfer.idempotency_key.as_str().to_owned();
         let target = id.to_string();
-        self.0
+        self.write
             .with_client(|client| async move {
                 let by_key: [&(dyn ToSql + Sync); 2] = [&client_id, &key];
                 let by_id: [&(dyn ToSql + Sync); 1] = [&id];

@@ -7,11 +7,11 @@ use uuid::Uuid;
 
 use crate::domain::webhook::{EndpointUrl, WebhookSecret};
 use crate::store::queue::{self, Claim, QueueTable, Reschedule};
-use crate::store::{Store, StoreError};
+use crate::store::{Db, StoreError};
 
 /// Deliveries: claim, settle, give back, and the backlog figures.
 #[derive(Clone)]
-pub struct DeliveryStore(pub(in crate::store) Store);
+pub struct DeliveryStore(pub(in crate::store) Db);
 
 /// A delivery this process now holds until its lease runs out.
 #[derive(Debug, Clone)]

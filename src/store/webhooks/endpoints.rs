@@ -8,11 +8,11 @@ use uuid::Uuid;
 
 use crate::domain::webhook::{EndpointUrl, WebhookSecret};
 use crate::domain::ClientId;
-use crate::store::{Store, StoreError};
+use crate::store::{Db, StoreError};
 
 /// Endpoints: create, list, delete, rotate a secret, purge the deleted.
 #[derive(Clone)]
-pub struct EndpointStore(pub(in crate::store) Store);
+pub struct EndpointStore(pub(in crate::store) Db);
 
 /// An endpoint as its owner sees it (never with its secret).
 #[derive(Debug, Clone)]

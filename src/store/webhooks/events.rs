@@ -8,11 +8,11 @@ use uuid::Uuid;
 use super::deliveries::{DELIVERIES, WEBHOOK_CHANNEL};
 use crate::domain::webhook::EventType;
 use crate::domain::ClientId;
-use crate::store::{Store, StoreError};
+use crate::store::{Db, StoreError};
 
 /// Events: a client's pages, redelivery, and the reaper's deletions.
 #[derive(Clone)]
-pub struct EventStore(pub(in crate::store) Store);
+pub struct EventStore(pub(in crate::store) Db);
 
 /// Where a delivery stands, for the `delivery` filter of `GET /events`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

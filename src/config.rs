@@ -85,8 +85,14 @@ pub struct ServeConfig {
     /// Open connections per HTTP worker; past it new ones wait in the accept
     /// queue. Each idle connection costs about 10 KiB (its read buffer), so
     /// this bounds that memory too.
-    #[arg(long, env = "PAYRAIL_MAX_CONNECTIONS", default_value_t = 10_000)]
-    pub max_connections: usize,
+    /// Was `--max-connections`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "max-connections",
+        env = "PAYRAIL_HTTP_CONNECTIONS_MAX",
+        default_value_t = 10_000
+    )]
+    pub http_connections_max: usize,
     /// How long an idempotency key is remembered.
     #[arg(long, env = "PAYRAIL_KEY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
     pub key_retention: Duration,
@@ -171,9 +177,15 @@ pub struct ServeConfig {
     /// Requests a client may make at once after being idle (the bucket size).
     #[arg(long, env = "PAYRAIL_RATE_LIMIT_BURST", default_value_t = 1000)]
     pub rate_limit_burst: u32,
-    /// Largest accepted request body, in bytes.
-    #[arg(long, env = "PAYRAIL_BODY_LIMIT", default_value_t = 64 * 1024)]
-    pub body_limit: usize,
+    /// Largest accepted request body, in bytes. Was `--body-limit`, still
+    /// accepted for one release.
+    #[arg(
+        long,
+        alias = "body-limit",
+        env = "PAYRAIL_BODY_BYTES_MAX",
+        default_value_t = 64 * 1024
+    )]
+    pub body_bytes_max: usize,
     /// Time a client gets to send its request head, and again its body;
     /// past it the connection is closed (`408`).
     #[arg(long, env = "PAYRAIL_CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
@@ -258,9 +270,15 @@ pub struct OutcomeConfig {
     /// way; an older one is refused as a possible replay.
     #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_TOLERANCE", default_value = "5m", value_parser = humantime::parse_duration)]
     pub provider_notification_tolerance: Duration,
-    /// Largest notification body read, in bytes.
-    #[arg(long, env = "PAYRAIL_PROVIDER_NOTIFICATION_BODY_MAX", default_value_t = 16 * 1024)]
-    pub provider_notification_body_max: usize,
+    /// Largest notification body read, in bytes. Was
+    /// `--provider-notification-body-max`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "provider-notification-body-max",
+        env = "PAYRAIL_PROVIDER_NOTIFICATION_BODY_BYTES_MAX",
+        default_value_t = 16 * 1024
+    )]
+    pub provider_notification_body_bytes_max: usize,
     /// Most notifications applied in one transaction.
     #[arg(
         long,
@@ -340,9 +358,15 @@ pub struct WebhookConfig {
     #[arg(long, env = "PAYRAIL_WEBHOOK_ENDPOINTS_MAX", default_value_t = crate::domain::webhook::ENDPOINTS_PER_CLIENT_DEFAULT)]
     pub webhook_endpoints_max: i64,
     /// Bytes of a receiver's answer read (and kept, as text, in the
-    /// delivery's last error); the rest is never read.
-    #[arg(long, env = "PAYRAIL_WEBHOOK_RESPONSE_BYTES", default_value_t = 1024)]
-    pub webhook_response_bytes: usize,
+    /// delivery's last error); the rest is never read. Was
+    /// `--webhook-response-bytes`, still accepted for one release.
+    #[arg(
+        long,
+        alias = "webhook-response-bytes",
+        env = "PAYRAIL_WEBHOOK_RESPONSE_BYTES_MAX",
+        default_value_t = 1024
+    )]
+    pub webhook_response_bytes_max: usize,
     /// Most attempts in flight to one endpoint at once, over every process.
     /// A receiver that hangs holds this many slots until they time out,
     /// never everyone's. It also bounds one endpoint's throughput: this
@@ -449,13 +473,59 @@ pub struct RelayConfig {
     pub outbox_lag_poll: Duration,
 }
 
+/// Environment variables of renamed flags, still read under their old
+/// names for one release: (old variable, its flag now, its variable now).
+/// A renamed variable that were simply dropped would leave a deployment's
+/// setting at its default without a word.
+pub const RENAMED_ENV: &[(&str, &str, &str)] = &[
+    (
+        "PAYRAIL_MAX_CONNECTIONS",
+        "--http-connections-max",
+        "PAYRAIL_HTTP_CONNECTIONS_MAX",
+    ),
+    (
+        "PAYRAIL_BODY_LIMIT",
+        "--body-bytes-max",
+        "PAYRAIL_BODY_BYTES_MAX",
+    ),
+    (
+        "PAYRAIL_PROVIDER_NOTIFICATION_BODY_MAX",
+        "--provider-notification-body-bytes-max",
+        "PAYRAIL_PROVIDER_NOTIFICATION_BODY_BYTES_MAX",
+    ),
+    (
+        "PAYRAIL_WEBHOOK_RESPONSE_BYTES",
+        "--webhook-response-bytes-max",
+        "PAYRAIL_WEBHOOK_RESPONSE_BYTES_MAX",
+    ),
+];
+
+/// The flags that stand for old-named variables set in the environment
+/// (`env` reads it) whose new names are not set: put before the command
+/// line's own flags, which win over them. Each is announced on stderr.
+pub fn renamed_env_flags(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut flags = Vec::new();
+    for (old, flag, new) in RENAMED_ENV {
+        if let (Some(value), None) = (env(old), env(new)) {
+            eprintln!("payrail: {old} is read as {new} ({flag}); rename it, the old name goes in the next release");
+            let mut arg = std::ffi::OsString::from(format!("{flag}="));
+            arg.push(value);
+            flags.push(arg);
+        }
+    }
+    assert!(flags.len() <= RENAMED_ENV.len());
+    flags
+}
+
 impl ServeConfig {
     /// Rejects combinations that would break a guarantee.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
             ("--shards", self.shards),
             ("--http-workers", self.http_workers),
-            ("--max-connections", self.max_connections),
+            ("--http-connections-max", self.http_connections_max),
             ("--shard-batch-max", self.shard_batch_max),
             ("--shard-queue", self.shard_queue),
             ("--replay-cache", self.replay_cache),
@@ -472,8 +542,8 @@ impl ServeConfig {
             ("--shard-overlap-min", self.shard_overlap_min),
             ("--webhook-concurrency", self.webhooks.webhook_concurrency),
             (
-                "--webhook-response-bytes",
-                self.webhooks.webhook_response_bytes,
+                "--webhook-response-bytes-max",
+                self.webhooks.webhook_response_bytes_max,
             ),
             (
                 "--webhook-endpoints-max",
@@ -481,8 +551,8 @@ impl ServeConfig {
             ),
             ("--rate-limit", self.rate_limit as usize),
             (
-                "--provider-notification-body-max",
-                self.outcomes.provider_notification_body_max,
+                "--provider-notification-body-bytes-max",
+                self.outcomes.provider_notification_body_bytes_max,
             ),
             (
                 "--provider-notification-batch-max",
@@ -674,6 +744,45 @@ mod tests {
     }
 
     #[test]
+    fn old_environment_names_are_read_unless_the_new_one_is_set() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let flags = super::renamed_env_flags(env(&[("PAYRAIL_BODY_LIMIT", "100")]));
+        assert_eq!(flags, ["--body-bytes-max=100"]);
+        let both = &[
+            ("PAYRAIL_BODY_LIMIT", "100"),
+            ("PAYRAIL_BODY_BYTES_MAX", "200"),
+        ];
+        assert!(
+            super::renamed_env_flags(env(both)).is_empty(),
+            "the new name wins"
+        );
+        // The command line's own flag comes after, and wins.
+        let mut args: Vec<String> = flags.iter().map(|f| f.to_string_lossy().into()).collect();
+        args.extend(["--body-bytes-max".into(), "300".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(parse(&args).body_bytes_max, 300);
+        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from([
+            "payrail",
+            "serve",
+            "--database-url",
+            "postgres://x@127.0.0.1/db",
+            "--webhook-response-bytes-max=5",
+            "--webhook-response-bytes-max=7",
+        ])
+        .expect("serve takes a flag twice, the last one winning");
+        let crate::cli::Command::Serve(c) = cli.command else {
+            panic!("serve")
+        };
+        assert_eq!(c.webhooks.webhook_response_bytes_max, 7);
+    }
+
+    #[test]
     fn renamed_flags_keep_their_old_spelling_for_one_release() {
         let old = parse(&[
             "--max-batch",
@@ -690,6 +799,14 @@ mod tests {
             "11",
             "--reaper-batches-per-tick",
             "13",
+            "--max-connections",
+            "17",
+            "--body-limit",
+            "19",
+            "--provider-notification-body-max",
+            "23",
+            "--webhook-response-bytes",
+            "29",
         ]);
         let new = parse(&[
             "--shard-batch-max",
@@ -706,6 +823,14 @@ mod tests {
             "11",
             "--reaper-batches-per-tick-max",
             "13",
+            "--http-connections-max",
+            "17",
+            "--body-bytes-max",
+            "19",
+            "--provider-notification-body-bytes-max",
+            "23",
+            "--webhook-response-bytes-max",
+            "29",
         ]);
         for c in [old, new] {
             assert_eq!(c.shard_batch_max, 7);
@@ -715,6 +840,10 @@ mod tests {
             assert_eq!(c.relay.relay_settle_batch_max, 9);
             assert_eq!(c.reaper_batch_max, 11);
             assert_eq!(c.reaper_batches_per_tick_max, 13);
+            assert_eq!(c.http_connections_max, 17);
+            assert_eq!(c.body_bytes_max, 19);
+            assert_eq!(c.outcomes.provider_notification_body_bytes_max, 23);
+            assert_eq!(c.webhooks.webhook_response_bytes_max, 29);
         }
     }
 

@@ -148,7 +148,7 @@ fn api_state(
         auth_cache,
         shards,
         rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
-        body_limit: config.body_limit,
+        body_bytes_max: config.body_bytes_max,
         body_read_timeout: config.client_request_timeout,
         readiness: ReadinessCache::new(config.readyz_cache_ttl),
         webhook_policy: crate::webhook::address_policy(config),
@@ -228,7 +228,7 @@ fn serve(
         }
     })
     .workers(config.http_workers)
-    .max_connections(config.max_connections)
+    .max_connections(config.http_connections_max)
     .client_request_timeout(config.client_request_timeout)
     // Signals are the command line's to handle (`cli::signals`): every one
     // of them stops gracefully, so in-flight flushes finish.

@@ -208,7 +208,7 @@ async fn ten_thousand_idle_connections_neither_starve_real_clients_nor_grow_memo
     let grown_kib = server.rss_kib().saturating_sub(rss_before);
     // actix keeps a read buffer of about 8 KiB per connection (6-10 KiB of
     // RSS each, measured); the bound is that and no more, and
-    // --max-connections caps their count.
+    // --http-connections-max caps their count.
     let per_connection_max_kib = 16;
     assert!(
         grown_kib < per_connection_max_kib * IDLE_CONNECTIONS as u64,

@@ -42,7 +42,7 @@ pub struct AppState {
     /// Per-client request budget.
     pub rate_limiter: ClientRateLimiter,
     /// Largest accepted body, in bytes.
-    pub body_limit: usize,
+    pub body_bytes_max: usize,
     /// How long a client may take to send its body.
     pub body_read_timeout: Duration,
     /// The last `/readyz` answer.

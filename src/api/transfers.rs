@@ -45,7 +45,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let key = idempotency_key(&req)?;
     require_json(&req)?;
-    let body = read_limited(&req, payload, state.body_limit, state.body_read_timeout).await?;
+    let body = read_limited(&req, payload, state.body_bytes_max, state.body_read_timeout).await?;
 
     // A retry of a committed key is answered here, on this worker's thread,
     // without parsing its body again if the bytes are those already seen.
@@ -87,6 +87,7 @@ fn respond(verdict: Verdict) -> Result<HttpResponse, ApiError> {
 
 /// The stored answer, byte for byte, with the headers of the first answer.
 fn answer_response(answer: &StoredAnswer, replayed: bool) -> HttpResponse {
+    assert!(!answer.body.is_empty(), "a stored answer has its bytes");
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::CREATED);
     let mut res = HttpResponse::build(status);
     res.content_type("application/json").insert_header((
@@ -121,6 +122,10 @@ pub async fn get(
         .transfer(caller.0, id)
         .await?
         .ok_or(ApiError::NotFound)?;
+    assert!(
+        transfer.id == id && transfer.client_id == caller.0,
+        "a client reads only its own transfer"
+    );
     Ok(HttpResponse::Ok().json(TransferView::from(&transfer)))
 }
 
@@ -172,6 +177,21 @@ pub async fn list(
         .transfers_page(caller.0, limit, cursor)
         .await?
         .ok_or_else(|| invalid("starting_after", "names no transfer of yours"))?;
+    assert!(
+        page.transfers.len() as i64 <= limit,
+        "a page keeps to its limit"
+    );
+    assert!(
+        page.transfers.iter().all(|t| t.client_id == caller.0),
+        "a client lists only its own transfers"
+    );
+    assert!(
+        page.transfers
+            .windows(2)
+            .all(|w| (w[0].created_at, w[0].id) > (w[1].created_at, w[1].id))
+            && cursor.is_none_or(|c| page.transfers.iter().all(|t| t.id != c)),
+        "a page is newest first, and past its cursor"
+    );
     Ok(HttpResponse::Ok().json(TransferList {
         data: page.transfers.iter().map(TransferView::from).collect(),
         has_more: page.has_more,

@@ -218,7 +218,7 @@ pub async fn create_endpoint(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     require_json(&req)?;
-    let body = read_limited(&req, payload, state.body_limit, state.body_read_timeout).await?;
+    let body = read_limited(&req, payload, state.body_bytes_max, state.body_read_timeout).await?;
     let new = parse_endpoint(&body, state.webhook_policy)?;
     let secret = WebhookSecret::generate();
     let description = new.description.as_ref().map(|d| d.as_str());
@@ -310,6 +310,7 @@ pub async fn rotate_secret(
         .rotate_secret(caller.0, id, &secret, ROTATION_OVERLAP)
         .await?
         .ok_or(ApiError::NotFound)?;
+    assert_eq!(endpoint.id, id, "the rotated endpoint is the one named");
     Ok(HttpResponse::Ok().json(RotatedSecret {
         id: endpoint.id,
         secret: secret.encode(),
@@ -383,6 +384,10 @@ pub async fn list_events(
         .page(caller.0, filter)
         .await?
         .ok_or_else(|| invalid("starting_after", "names no event of yours"))?;
+    assert!(
+        page.events.len() as i64 <= limit,
+        "a page keeps to its limit"
+    );
     Ok(HttpResponse::Ok().json(EventList {
         data: page
             .events

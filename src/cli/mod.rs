@@ -28,6 +28,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Runs the HTTP API, key-shard actors, outbox relay and reaper.
+    // Later flags win: the flags standing for old-named environment
+    // variables come first (`args_with_renamed_env`).
+    #[command(args_override_self = true)]
     Serve(Box<ServeConfig>),
     /// Applies pending database migrations and exits.
     Migrate(AdminDatabase),
@@ -213,6 +216,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The process's arguments, with `serve`'s flags for old-named environment
+/// variables put right after the subcommand, so that the command line's
+/// own flags still win ([`crate::config::RENAMED_ENV`]).
+pub fn args_with_renamed_env(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    if args.get(1).is_some_and(|a| a == "serve") {
+        let renamed = crate::config::renamed_env_flags(|name| std::env::var_os(name));
+        args.splice(2..2, renamed);
+    }
+    args
+}
+
 /// A `ServeConfig` from flags, with every other value at its default; how
 /// `payrail dev` and the tests configure the engine.
 pub fn serve_config<I, S>(args: I) -> Result<ServeConfig, clap::Error>
@@ -227,7 +244,9 @@ where
         #[command(flatten)]
         config: ServeConfig,
     }
-    let argv =
-        std::iter::once(std::ffi::OsString::from("serve")).chain(args.into_iter().map(Into::into));
+    let renamed = crate::config::renamed_env_flags(|name| std::env::var_os(name));
+    let argv = std::iter::once(std::ffi::OsString::from("serve"))
+        .chain(renamed)
+        .chain(args.into_iter().map(Into::into));
     Ok(Only::try_parse_from(argv)?.config)
 }

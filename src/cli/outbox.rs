@@ -12,6 +12,11 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
         } => {
             let store = Store::connect(&database.resolve()?)?;
             let entries = store.outbox().entries(dead, limit).await?;
+            assert!(
+                entries.len() as i64 <= limit
+                    && (!dead || entries.iter().all(|e| e.dead_at.is_some())),
+                "a list keeps to its limit, and --dead lists dead rows only"
+            );
             if entries.is_empty() {
                 eprintln!(
                     "{}",

@@ -196,6 +196,12 @@ pub async fn transfers(
         let lines = console
             .transfers_by_key(key, client_id, state.page_rows_max)
             .await?;
+        assert!(
+            lines.len() as i64 <= state.page_rows_max
+                && lines.iter().all(|l| l.idempotency_key == key
+                    && client_id.is_none_or(|c| l.client_id == c)),
+            "a key's page holds only that key's transfers, at most a page"
+        );
         return Ok(html(views::transfers(&op.0, &q, &lines, None, None)));
     }
     let status = given(&q.status)
@@ -215,6 +221,15 @@ pub async fn transfers(
     let page = console
         .transfers(&filter, before, state.page_rows_max, state.scan_rows_max)
         .await?;
+    assert!(
+        page.lines.len() as i64 <= state.page_rows_max
+            && page.lines.iter().all(|l| {
+                filter.client_id.is_none_or(|c| l.client_id == c)
+                    && filter.status.is_none_or(|s| l.status == s.as_str())
+                    && before.is_none_or(|b| l.id != b)
+            }),
+        "a page holds at most a page of matches, past its cursor"
+    );
     let next = page.next.map(|n| {
         link(
             "/console/transfers",
@@ -320,6 +335,10 @@ pub async fn retry(
         .console()
         .retry_dead(&op.0, transfer_id, given(&form.error), state.bulk_rows_max)
         .await?;
+    assert!(
+        n <= state.bulk_rows_max as u64 && (transfer_id.is_none() || n <= 1),
+        "a retry stays within its limit"
+    );
     tracing::info!(operator = %op.0.operator_name, rows = n, "console: dead outbox rows retried");
     Ok(match transfer_id {
         Some(id) => see_other(&format!("/console/transfers/{id}")),

@@ -48,7 +48,7 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
             notifications::IntakeLimits {
                 queue_max: o.provider_notification_queue_max,
                 batch_max: o.provider_notification_batch_max,
-                body_max: o.provider_notification_body_max,
+                body_max: o.provider_notification_body_bytes_max,
                 poll_after: o.provider_poll_after,
             },
         )

@@ -199,7 +199,7 @@ impl Work for PollWork {
         let gauges = self.backlog.clone();
         async move {
             if let Ok(s) = store.stats(max).await {
-                gauges.set(s.processing, s.stuck, s.oldest_age_secs);
+                gauges.set(s.processing, s.stuck, s.oldest_age_seconds);
             }
         }
         .boxed()

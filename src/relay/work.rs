@@ -180,7 +180,7 @@ impl Work for OutboxWork {
         let gauges = self.backlog.clone();
         async move {
             if let Ok(s) = store.stats().await {
-                gauges.set(s.backlog, s.dead, s.oldest_due_age_secs);
+                gauges.set(s.backlog, s.dead, s.oldest_due_age_seconds);
             }
         }
         .boxed()

@@ -122,7 +122,7 @@ pub struct OutboxStats {
     /// Dead-lettered rows.
     pub dead: i64,
     /// Age of the oldest row that is due now, in seconds (0 when none is).
-    pub oldest_due_age_secs: f64,
+    pub oldest_due_age_seconds: f64,
 }
 
 /// The outbox as a leased queue (`store::queue`): one row per transfer not
@@ -427,7 +427,7 @@ impl OutboxStore {
                     &[],
                 )
                 .await?;
-            Ok(OutboxStats { backlog: row.get(0), dead: row.get(1), oldest_due_age_secs: row.get(2) })
+            Ok(OutboxStats { backlog: row.get(0), dead: row.get(1), oldest_due_age_seconds: row.get(2) })
         })
         .await
     }

@@ -93,7 +93,7 @@ pub struct PollStats {
     /// Of those, the ones `processing` for longer than the limit.
     pub stuck: i64,
     /// Age of the oldest, in seconds (0 when none).
-    pub oldest_age_secs: f64,
+    pub oldest_age_seconds: f64,
 }
 
 /// The poll queue's statements.
@@ -220,7 +220,7 @@ impl PollStore {
                 Ok(PollStats {
                     processing: row.get(0),
                     stuck: row.get(1),
-                    oldest_age_secs: row.get(2),
+                    oldest_age_seconds: row.get(2),
                 })
             })
             .await

@@ -33,7 +33,7 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Started> {
     let sender = sender::Sender::new(
         w.webhook_timeout,
         address_policy(config),
-        w.webhook_response_bytes,
+        w.webhook_response_bytes_max,
     )?;
     let arbiter = Arbiter::new();
     let addr = delivery::start(

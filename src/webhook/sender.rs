@@ -106,6 +106,11 @@ impl Sender {
             .unwrap_or(0);
         let secrets: Vec<&WebhookSecret> = secrets.iter().collect();
         let signature = signature_header(&secrets, event_id, timestamp, body.as_bytes());
+        assert_eq!(
+            signature.split(' ').count(),
+            secrets.len(),
+            "one signature per secret"
+        );
         let sent = self
             .client
             .post(url.as_url().clone())

@@ -69,7 +69,7 @@ pub struct WebhookStats {
     /// Dead deliveries.
     pub dead: i64,
     /// Age of the oldest due delivery, in seconds (0 when none is due).
-    pub oldest_due_age_secs: f64,
+    pub oldest_due_age_seconds: f64,
 }
 
 /// The channel a settlement that wrote deliveries (or a redelivery)
@@ -270,7 +270,7 @@ impl DeliveryStore {
             Ok(WebhookStats {
                 backlog: row.get(0),
                 dead: row.get(1),
-                oldest_due_age_secs: row.get(2),
+                oldest_due_age_seconds: row.get(2),
             })
         })
         .await

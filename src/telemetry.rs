@@ -142,7 +142,7 @@ const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
     (Counter, "payrail_provider_notifications_total", None, "Signed provider notifications received, by outcome (applied, repeat, late, unknown_transfer, not_recorded, unauthenticated, malformed)"),
     (Histogram, "payrail_provider_notification_batch_size", Some(Unit::Count), "Provider notifications applied in one transaction"),
     (Counter, "payrail_provider_polls_total", None, "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"),
-    (Counter, "payrail_transfer_anomalies_total", None, "Provider reports that contradict a transfer's final status, kept for operators, by source (notification, poll)"),
+    (Counter, "payrail_transfer_anomalies_total", None, "Provider reports that contradict a transfer's final status, kept for operators, by source (relay, notification, poll)"),
     (Gauge, "payrail_transfers_processing", None, "Transfers the provider accepted and has not decided yet"),
     (Gauge, "payrail_transfers_stuck", None, "Of those, the ones processing for longer than --provider-processing-max"),
     (Gauge, "payrail_transfers_processing_oldest_age_seconds", Some(Unit::Seconds), "How long the oldest processing transfer has waited for its outcome"),

@@ -256,6 +256,7 @@ async fn a_relay_answer_that_contradicts_a_final_status_is_kept_as_an_anomaly() 
         .unwrap();
     assert_eq!(report.held, [true], "the row was still held: it is done");
     assert!(report.changed.is_empty());
+    assert_eq!(report.anomalies, 1);
     assert_eq!(status(&app, &id).await, "failed");
     assert_eq!(app.count("outbox").await, 0);
     let anomaly = app

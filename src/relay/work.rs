@@ -26,6 +26,8 @@ struct ProviderMetrics {
     calls: [metrics::Counter; 7],
     /// In the order of [`LOOKUP_OUTCOMES`].
     lookups: [metrics::Counter; 3],
+    /// The provider's answers that contradicted a final status.
+    anomalies: metrics::Counter,
 }
 
 /// The label values of `payrail_provider_calls_total`.
@@ -50,6 +52,7 @@ impl ProviderMetrics {
                 .map(|o| metrics::counter!("payrail_provider_calls_total", "outcome" => o)),
             lookups: LOOKUP_OUTCOMES
                 .map(|o| metrics::counter!("payrail_provider_lookups_total", "outcome" => o)),
+            anomalies: metrics::counter!("payrail_transfer_anomalies_total", "source" => "relay"),
         }
     }
 
@@ -142,6 +145,7 @@ impl Work for OutboxWork {
         let poll_after = self.limits.poll_after;
         async move {
             let report = store.settle(&batch, poll_after).await?;
+            m.anomalies.increment(report.anomalies as u64);
             for age in &report.creation_to_final {
                 m.creation_to_final.record(age.as_secs_f64());
             }

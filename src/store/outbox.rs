@@ -83,6 +83,9 @@ pub struct SettleReport {
     pub creation_to_final: Vec<Duration>,
     /// Webhook deliveries written for their events.
     pub deliveries: i64,
+    /// Answers that contradicted a transfer's final status, kept as
+    /// anomalies (a `succeeded` after a declined notification, say).
+    pub anomalies: usize,
 }
 
 /// An outbox row as `payrail outbox list` shows it.
@@ -320,6 +323,7 @@ impl OutboxStore {
                     changed: applied.changed.iter().map(|t| t.id).collect(),
                     creation_to_final: applied.creation_to_final,
                     deliveries: applied.deliveries,
+                    anomalies: applied.anomalies,
                 })
             })
             .await

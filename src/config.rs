@@ -650,11 +650,11 @@ impl WebhookConfig {
         // A delivery attempt and its settlement must end before its lease,
         // so that no takeover overlaps it (the delivery worker's call window).
         let work = self.webhook_timeout;
-        if crate::queue::worker::call_window(self.webhook_lease, work, db_timeout).is_none() {
+        if crate::queue::window::call_window(self.webhook_lease, work, db_timeout).is_none() {
             return Err(format!(
                 "--webhook-lease must be longer than --webhook-timeout plus 3 × --db-timeout \
                  and the pauses between those tries ({:?} here)",
-                work + crate::queue::worker::settle_bound(db_timeout)
+                work + crate::queue::window::settle_bound(db_timeout)
             ));
         }
         let scale = self.webhook_retry_scale;

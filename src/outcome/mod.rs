@@ -14,7 +14,8 @@ use actix::{Actor, Arbiter};
 
 use crate::config::ServeConfig;
 use crate::provider::http::HttpProvider;
-use crate::queue::worker::{call_window, Worker, WorkerLimits};
+use crate::queue::window::call_window;
+use crate::queue::worker::{Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::started::{DrainOrder, Started};
 use crate::store::Store;
@@ -62,7 +63,7 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
                 timeout,
                 o.provider_poll_concurrency,
             )?);
-            let settle = crate::queue::worker::settle_bound(config.database.db_timeout);
+            let settle = crate::queue::window::settle_bound(config.database.db_timeout);
             let lease = POLL_LEASE_MIN.max((timeout + settle) * 2);
             let limits = poller::PollLimits {
                 concurrency_max: o.provider_poll_concurrency,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::domain::webhook::WebhookSecret;
 use crate::domain::{ProviderReport, ProviderText};
-use crate::queue::worker::{SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
+use crate::queue::window::{SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
 use crate::store::notifications::{Notification, NotificationStore};
 use crate::store::StoreError;
 

@@ -5,9 +5,11 @@
 //! statements built per table (`store::queue`); when a failed row is due
 //! again is one [`RetryPolicy`]; how rows are claimed, worked on, settled
 //! and drained is one [`worker::Worker`], each queue saying only what its
-//! work is ([`worker::Work`]).
+//! work is ([`worker::Work`]); how long a claim leaves to start work is one
+//! [`window::call_window`].
 
 pub mod backoff;
+pub mod window;
 pub mod worker;
 
 pub use backoff::{Backoff, RetryPolicy};

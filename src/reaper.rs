@@ -46,15 +46,8 @@ impl From<&crate::config::ServeConfig> for ReaperLimits {
 }
 
 /// Starts the reaper on a thread of its own.
-pub fn start(config: &crate::config::ServeConfig, store: &Store) -> (Addr<Reaper>, Arbiter) {
+pub fn start(limits: ReaperLimits, stores: ReapedStores) -> (Addr<Reaper>, Arbiter) {
     let arbiter = Arbiter::new();
-    let limits = ReaperLimits::from(config);
-    let stores = ReapedStores {
-        keys: store.keys(),
-        events: store.events(),
-        endpoints: store.endpoints(),
-        notifications: store.notifications(),
-    };
     let addr = Reaper::start_in_arbiter(&arbiter.handle(), move |_| Reaper::new(stores, limits));
     (addr, arbiter)
 }
@@ -70,6 +63,18 @@ pub struct ReapedStores {
     pub endpoints: EndpointStore,
     /// Provider notification ids past theirs.
     pub notifications: NotificationStore,
+}
+
+impl ReapedStores {
+    /// The handles of `store`'s write pool.
+    pub fn of(store: &Store) -> Self {
+        Self {
+            keys: store.keys(),
+            events: store.events(),
+            endpoints: store.endpoints(),
+            notifications: store.notifications(),
+        }
+    }
 }
 
 /// Deletes expired key rows and old events on a timer; one tick at a time.

@@ -11,12 +11,13 @@ use actix_web::{middleware::from_fn, web, App, HttpServer};
 use crate::api::{self, AppState, AuthCache, ClientRateLimiter, ReadinessCache};
 use crate::config::ServeConfig;
 use crate::console::ConsoleState;
-use crate::reaper::Reaper;
+use crate::reaper::{ReapedStores, Reaper};
 use crate::relay::{LagGate, RelayHandle, RelayNudge, RelayOutlet};
 use crate::shard::{ShardLimits, ShardRouter};
 use crate::started::{Parts, Started};
 use crate::store::{Store, REVOKED_ACK_CHANNEL, REVOKED_CHANNEL};
 use crate::telemetry;
+use crate::webhook::WebhookLimits;
 
 /// A built, bound, not yet awaited engine.
 pub struct Application {
@@ -53,8 +54,9 @@ impl Application {
         let relay = crate::relay::start(&config, &store).await?;
         let shards = start_shards(&config, &store, relay.as_ref(), &mut parts).await?;
         parts.extend(relay.map(|r| r.part));
-        parts.push(crate::webhook::start(&config, &store)?);
-        let (reaper, reaper_arbiter) = crate::reaper::start(&config, &store);
+        parts.push(start_webhooks(&config, &store)?);
+        let reaper_stores = ReapedStores::of(&store);
+        let (reaper, reaper_arbiter) = crate::reaper::start((&config).into(), reaper_stores);
         parts.push(Started::thread("reaper", reaper_arbiter));
         let outcomes = crate::outcome::start(&config, &store)?;
         parts.push(outcomes.part);
@@ -192,6 +194,17 @@ async fn start_shards(
     .await?;
     parts.extend(arbiters.into_iter().map(|a| Started::thread("a shard", a)));
     Ok(shards)
+}
+
+/// Starts the webhook delivery worker with its limits and handles.
+fn start_webhooks(config: &ServeConfig, store: &Store) -> anyhow::Result<Started> {
+    crate::webhook::start(
+        WebhookLimits::from(config),
+        crate::webhook::address_policy(config),
+        config.webhooks.webhook_response_bytes_max,
+        config.database.db_timeout,
+        (store.deliveries(), store.listener()),
+    )
 }
 
 /// Revocations reach every process's cache over NOTIFY, and each process

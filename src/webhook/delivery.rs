@@ -18,7 +18,7 @@ use crate::queue::window::call_window;
 use crate::queue::worker::{BacklogGauges, QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
-use crate::store::{DeliveryStore, Store, StoreError};
+use crate::store::{DeliveryStore, Listener, StoreError};
 
 /// What is recorded for an attempt.
 pub fn settlement_of(
@@ -211,11 +211,11 @@ impl Work for DeliveryWork {
     }
 }
 
-/// Starts the delivery worker on `arbiter`; `settle_timeout` is
-/// `--db-timeout`.
+/// Starts the delivery worker on `arbiter`, with the deliveries' handle and
+/// a listener for their channel; `settle_timeout` is `--db-timeout`.
 pub fn start(
     arbiter: &Arbiter,
-    store: Store,
+    (deliveries, listener): (DeliveryStore, Listener),
     sender: Sender,
     limits: WebhookLimits,
     settle_timeout: Duration,
@@ -230,7 +230,7 @@ pub fn start(
     };
     Worker::start_in_arbiter(&arbiter.handle(), move |_| {
         let work = DeliveryWork {
-            store: store.deliveries(),
+            store: deliveries,
             metrics: std::sync::Arc::new(DeliveryMetrics::new()),
             sender,
             limits,
@@ -240,7 +240,7 @@ pub fn start(
                 "payrail_webhook_oldest_due_age_seconds",
             ),
         };
-        Worker::new(work, store.listener(), worker_limits, None)
+        Worker::new(work, listener, worker_limits, None)
     })
 }
 

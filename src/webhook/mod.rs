@@ -1,7 +1,7 @@
 //! Webhooks: every final transfer status is pushed to the client's
 //! endpoints, signed (Standard Webhooks 1.0), retried on a schedule, and
-//! visible in `GET /events`. Events are written by the relay's settlement
-//! (`store::webhooks`); this module sends them, and holds `payrail
+//! visible in `GET /events`. Events are written by the status machine
+//! (`store::status`) with the change they announce; this module sends them, and holds `payrail
 //! webhook-sink`, a receiver for tests and `payrail dev`.
 
 pub mod delivery;
@@ -16,7 +16,7 @@ use crate::config::ServeConfig;
 use crate::domain::webhook::AddressPolicy;
 use crate::queue::RetryPolicy;
 use crate::started::{DrainOrder, Started};
-use crate::store::Store;
+use crate::store::{DeliveryStore, Listener};
 
 /// Where webhook URLs may point, from `--webhook-allow-private`.
 pub fn address_policy(config: &ServeConfig) -> AddressPolicy {
@@ -27,22 +27,20 @@ pub fn address_policy(config: &ServeConfig) -> AddressPolicy {
     }
 }
 
-/// Starts the webhook delivery worker on a thread of its own.
-pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Started> {
-    let w = &config.webhooks;
-    let sender = sender::Sender::new(
-        w.webhook_timeout,
-        address_policy(config),
-        w.webhook_response_bytes_max,
-    )?;
+/// Starts the webhook delivery worker on a thread of its own: `limits`,
+/// the deliveries' handle and a listener, URLs checked against `policy`,
+/// at most `response_bytes_max` of an answer read, each settlement try
+/// bounded by `settle_timeout` (`--db-timeout`).
+pub fn start(
+    limits: WebhookLimits,
+    policy: AddressPolicy,
+    response_bytes_max: usize,
+    settle_timeout: Duration,
+    handles: (DeliveryStore, Listener),
+) -> anyhow::Result<Started> {
+    let sender = sender::Sender::new(limits.attempt_timeout, policy, response_bytes_max)?;
     let arbiter = Arbiter::new();
-    let addr = delivery::start(
-        &arbiter,
-        store.clone(),
-        sender,
-        WebhookLimits::from(config),
-        config.database.db_timeout,
-    );
+    let addr = delivery::start(&arbiter, handles, sender, limits, settle_timeout);
     Ok(Started::draining(
         "webhook deliveries",
         arbiter,

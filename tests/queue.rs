@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{spawn_app, transfer_body, TestApp};
 use payrail::domain::{ProviderReport, ProviderText, TransferStatus};
+use payrail::store::notifications::Notification;
 use payrail::store::outbox::{ClaimedRow, Settlement, OUTBOX};
 use payrail::store::polls::POLLS;
 use payrail::store::queue::QueueTable;
@@ -522,4 +523,50 @@ async fn every_queue_claims_fences_gives_back_and_requeues_by_the_same_rules() {
     check_queue(&db, &OUTBOX, &[id], &vec![true]).await;
     check_queue(&db, &POLLS, &[id], &vec!["processing"]).await;
     check_queue(&db, &DELIVERIES, &[event, endpoint], &vec![500_i32]).await;
+}
+
+#[actix_web::test]
+async fn a_transfer_processing_and_decided_in_one_batch_is_not_left_polled() {
+    // A batch of notifications says `processing` and then `succeeded` for
+    // one transfer: the status machine makes both changes, and the lookup
+    // the first would start must not outlive the second.
+    let (app, id) = one_pending().await;
+    let id: uuid::Uuid = id.parse().unwrap();
+    let notification = |n: &str, report| Notification {
+        id: format!("n-{n}-{id}"),
+        transfer_id: id,
+        report,
+    };
+    let batch = [
+        notification("1", ProviderReport::Processing { reference: None }),
+        notification(
+            "2",
+            ProviderReport::Succeeded {
+                reference: Some(ProviderText::clean("ref")),
+            },
+        ),
+    ];
+    let report = app
+        .store
+        .notifications()
+        .apply(&batch, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.applied.changed.len(),
+        2,
+        "pending -> processing -> succeeded"
+    );
+    assert_eq!(status(&app, &id.to_string()).await, "succeeded");
+    assert_eq!(
+        app.count("provider_polls").await,
+        0,
+        "a decided transfer is not looked up"
+    );
+    assert_eq!(app.count("outbox").await, 0);
+    assert_eq!(
+        app.count("webhook_events").await,
+        2,
+        "each change is announced"
+    );
 }

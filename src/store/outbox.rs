@@ -209,15 +209,13 @@ impl OutboxStore {
     /// relay's thread, with the relay's own pool: a connection is driven by
     /// the thread that opened it.
     pub async fn warm(&self) -> Result<usize, StoreError> {
-        let [change, events] = status::statements();
-        let statements = [
+        let mut statements = vec![
             CLAIM.as_str(),
             COMPLETE.as_str(),
             RESCHEDULE.as_str(),
             RECORD_ATTEMPTS,
-            change,
-            events,
         ];
+        statements.extend(status::statements());
         self.0.warm(usize::MAX, &statements).await
     }
 

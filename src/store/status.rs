@@ -158,8 +158,14 @@ SELECT n.n FROM n LEFT JOIN LATERAL (SELECT pg_notify($7, '') WHERE n.n > 0) wak
 
 /// The statements every settlement of the relay runs, for a warm-up to
 /// prepare.
-pub(super) fn statements() -> [&'static str; 2] {
-    [CHANGE.as_str(), INSERT_EVENTS]
+pub(super) fn statements() -> [&'static str; 5] {
+    [
+        CHANGE.as_str(),
+        START_POLLS,
+        END_WORK,
+        INSERT_ANOMALIES,
+        INSERT_EVENTS,
+    ]
 }
 
 /// Transfers now `processing` are looked up from `$2` seconds on.
@@ -373,9 +379,12 @@ fn answers(
     (changed, reports.into_iter().map(|(_, row)| row).collect())
 }
 
-/// What the changes of a batch bring about, in one round trip (pipelined,
-/// none depending on another): polls for transfers now `processing`, no
+/// What the changes of a batch bring about, in one round trip: polls for
+/// transfers now `processing` (and not finished later in the batch), no
 /// more work for finished ones, the anomalies, and one event per change.
+/// Every statement is prepared first, so that Postgres runs them in the
+/// order sent (a statement still to be prepared would be sent after the
+/// others), and a poll started in the batch is ended after it.
 async fn effects(
     tx: &Tx<'_>,
     applied: &mut Applied,
@@ -386,31 +395,35 @@ async fn effects(
     let processing: Vec<Uuid> = applied
         .changed
         .iter()
-        .filter(|t| t.status == TransferStatus::Processing)
+        .filter(|t| t.status == TransferStatus::Processing && !finished.contains(&t.id))
         .map(|t| t.id)
         .collect();
     let poll_after = poll_after.as_secs_f64();
+    let events: Vec<NewEvent> = applied.changed.iter().map(NewEvent::of_change).collect();
+    let (start_polls, end_work, keep_anomalies, insert_events) = (
+        tx.prepare_cached(START_POLLS).await?,
+        tx.prepare_cached(END_WORK).await?,
+        tx.prepare_cached(INSERT_ANOMALIES).await?,
+        tx.prepare_cached(INSERT_EVENTS).await?,
+    );
     let start_polls = async {
         if processing.is_empty() {
             return Ok(0);
         }
-        let stmt = tx.prepare_cached(START_POLLS).await?;
-        tx.execute(&stmt, &[&processing, &poll_after]).await
+        tx.execute(&start_polls, &[&processing, &poll_after]).await
     };
     let end_work = async {
         if finished.is_empty() {
             return Ok(0);
         }
-        let stmt = tx.prepare_cached(END_WORK).await?;
-        tx.execute(&stmt, &[&finished]).await
+        tx.execute(&end_work, &[&finished]).await
     };
     let keep_anomalies = async {
         if anomalies.id.is_empty() {
             return Ok(0);
         }
-        let stmt = tx.prepare_cached(INSERT_ANOMALIES).await?;
         tx.execute(
-            &stmt,
+            &keep_anomalies,
             &[
                 &anomalies.id,
                 &anomalies.status_then,
@@ -422,12 +435,11 @@ async fn effects(
         )
         .await
     };
-    let events: Vec<NewEvent> = applied.changed.iter().map(NewEvent::of_change).collect();
     let (started, _, kept, deliveries) = futures::try_join!(
         start_polls,
         end_work,
         keep_anomalies,
-        insert_events(tx, &events)
+        write_events(tx, &insert_events, &events)
     )?;
     assert!(
         started <= processing.len() as u64,
@@ -440,7 +452,11 @@ async fn effects(
 
 /// Writes the events of a batch's status changes, in `tx`; answers the
 /// number of deliveries written.
-async fn insert_events(tx: &Tx<'_>, events: &[NewEvent]) -> Result<i64, tokio_postgres::Error> {
+async fn write_events(
+    tx: &Tx<'_>,
+    stmt: &tokio_postgres::Statement,
+    events: &[NewEvent],
+) -> Result<i64, tokio_postgres::Error> {
     if events.is_empty() {
         return Ok(0);
     }
@@ -458,10 +474,9 @@ async fn insert_events(tx: &Tx<'_>, events: &[NewEvent]) -> Result<i64, tokio_po
         body.push(e.body.as_str());
         created_at.push(e.created_at);
     }
-    let stmt = tx.prepare_cached(INSERT_EVENTS).await?;
     let row = tx
         .query_one(
-            &stmt,
+            stmt,
             &[
                 &client_id,
                 &id,

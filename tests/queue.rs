@@ -212,20 +212,29 @@ async fn moved_elsewhere(app: &TestApp, id: &str, status: &str) {
     }
 }
 
-#[actix_web::test]
-async fn the_relays_final_answer_goes_through_the_status_machine() {
-    // A notification made the transfer `processing` while the relay's call
-    // was in flight: the relay's `succeeded` is the next allowed change, and
-    // it ends the transfer's polls and writes its event.
+/// A pending transfer whose outbox row the relay holds, moved to `status`
+/// by another source, then settled with the provider's `succeeded`.
+async fn relay_succeeds_after(
+    status: &str,
+) -> (TestApp, String, payrail::store::outbox::SettleReport) {
     let (app, id) = one_pending().await;
     let row = claim_one(&app).await;
-    moved_elsewhere(&app, &id, "processing").await;
+    moved_elsewhere(&app, &id, status).await;
     let report = app
         .store
         .outbox()
         .settle(&[(row, final_as(TransferStatus::Succeeded))], LEASE)
         .await
         .unwrap();
+    (app, id, report)
+}
+
+#[actix_web::test]
+async fn the_relays_final_answer_goes_through_the_status_machine() {
+    // A notification made the transfer `processing` while the relay's call
+    // was in flight: the relay's `succeeded` is the next allowed change, and
+    // it ends the transfer's polls and writes its event.
+    let (app, id, report) = relay_succeeds_after("processing").await;
     assert_eq!(report.held, [true]);
     assert_eq!(report.changed.len(), 1);
     assert_eq!(status(&app, &id).await, "succeeded");
@@ -246,15 +255,7 @@ async fn the_relays_final_answer_goes_through_the_status_machine() {
 async fn a_relay_answer_that_contradicts_a_final_status_is_kept_as_an_anomaly() {
     // A declined notification came first; the provider's answer to the
     // relay's call then says `succeeded`: an operator must look.
-    let (app, id) = one_pending().await;
-    let row = claim_one(&app).await;
-    moved_elsewhere(&app, &id, "failed").await;
-    let report = app
-        .store
-        .outbox()
-        .settle(&[(row, final_as(TransferStatus::Succeeded))], LEASE)
-        .await
-        .unwrap();
+    let (app, id, report) = relay_succeeds_after("failed").await;
     assert_eq!(report.held, [true], "the row was still held: it is done");
     assert!(report.changed.is_empty());
     assert_eq!(report.anomalies, 1);

@@ -35,20 +35,7 @@ impl Store {
         client_id: ClientId,
         id: Uuid,
     ) -> Result<Option<Transfer>, StoreError> {
-        self.with_client(|client| async move {
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1 AND client_id = $2"
-                ))
-                .await?;
-            client
-                .query_opt(&stmt, &[&id, &client_id.0])
-                .await?
-                .as_ref()
-                .map(transfer_from_row)
-                .transpose()
-        })
-        .await
+        transfer_by_id(&self.pool, id, Some(client_id)).await
     }
 
     /// A page of a client's transfers, newest first, after the cursor
@@ -180,16 +167,22 @@ fn corrupt_json(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError 
     move |e| StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-/// A transfer by id alone, whoever its client (the operator console).
-pub(super) async fn transfer_by_id(db: &Db, id: Uuid) -> Result<Option<Transfer>, StoreError> {
-    db.with_client(|client| async move {
-        let stmt = client
+/// A transfer by id: `client`'s only (another client's id reads as
+/// absent), or whoever's with `None` (the operator console).
+pub(super) async fn transfer_by_id(
+    db: &Db,
+    id: Uuid,
+    client: Option<ClientId>,
+) -> Result<Option<Transfer>, StoreError> {
+    let client = client.map(|c| c.0);
+    db.with_client(|conn| async move {
+        let stmt = conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS}, {ANOMALIES} FROM transfers WHERE id = $1"
+                "SELECT {COLUMNS}, {ANOMALIES} FROM transfers \
+                 WHERE id = $1 AND ($2::uuid IS NULL OR client_id = $2)"
             ))
             .await?;
-        client
-            .query_opt(&stmt, &[&id])
+        conn.query_opt(&stmt, &[&id, &client])
             .await?
             .as_ref()
             .map(transfer_from_row)

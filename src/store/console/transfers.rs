@@ -115,7 +115,7 @@ impl ConsoleStore {
 
     /// One transfer's whole story; `None` when no transfer has this id.
     pub async fn timeline(&self, id: Uuid) -> Result<Option<Timeline>, StoreError> {
-        let Some(transfer) = transfer_by_id(&self.write, id).await? else {
+        let Some(transfer) = transfer_by_id(&self.write, id, None).await? else {
             return Ok(None);
         };
         let client_id = transfer.client_id.0;

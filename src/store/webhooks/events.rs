@@ -173,23 +173,35 @@ pub(in crate::store) async fn requeue_deliveries(
     if found.is_none() {
         return Ok(None);
     }
-    let n = tx
-        .execute(
-            &format!(
-                "UPDATE webhook_deliveries q SET {} \
-                 FROM webhook_endpoints ep \
-                 WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
-                   AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
-                DELIVERIES.requeue_set()
-            ),
-            &[&event_id],
-        )
-        .await?;
+    let n = requeue(
+        tx,
+        "FROM webhook_endpoints ep \
+         WHERE q.event_id = $1 AND q.delivered_at IS NULL AND ep.id = q.endpoint_id \
+           AND ep.deleted_at IS NULL AND ep.disabled_at IS NULL",
+        &[&event_id],
+    )
+    .await?;
+    Ok(Some(n))
+}
+
+/// Puts the deliveries `q` that `rest` (a `FROM`/`WHERE` on the alias `q`)
+/// selects back in line with a fresh schedule, and wakes the delivery
+/// workers on commit when it did any: the deliveries' one requeue.
+async fn requeue(
+    tx: &deadpool_postgres::Transaction<'_>,
+    rest: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "UPDATE webhook_deliveries q SET {} {rest}",
+        DELIVERIES.requeue_set()
+    );
+    let n = tx.execute(&sql, params).await?;
     if n > 0 {
         tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
             .await?;
     }
-    Ok(Some(n))
+    Ok(n)
 }
 
 /// Re-enables an endpoint (if disabled) and makes up to `rows_max` of its
@@ -211,26 +223,19 @@ pub(in crate::store) async fn revive_endpoint(
     if found.is_none() {
         return Ok(None);
     }
-    let n = tx
-        .execute(
-            &format!(
-                "UPDATE webhook_deliveries q SET {} WHERE (event_id, endpoint_id) IN (
-                    SELECT event_id, endpoint_id FROM webhook_deliveries
-                    WHERE endpoint_id = $1 AND dead_at IS NOT NULL AND delivered_at IS NULL
-                    ORDER BY event_id LIMIT $2 FOR UPDATE)",
-                DELIVERIES.requeue_set()
-            ),
-            &[&endpoint_id, &rows_max],
-        )
-        .await?;
+    let n = requeue(
+        tx,
+        "WHERE (event_id, endpoint_id) IN (
+            SELECT event_id, endpoint_id FROM webhook_deliveries
+            WHERE endpoint_id = $1 AND dead_at IS NOT NULL AND delivered_at IS NULL
+            ORDER BY event_id LIMIT $2 FOR UPDATE)",
+        &[&endpoint_id, &rows_max],
+    )
+    .await?;
     assert!(
         n <= rows_max as u64,
         "a bulk redelivery stays within its limit"
     );
-    if n > 0 {
-        tx.execute("SELECT pg_notify($1, '')", &[&WEBHOOK_CHANNEL])
-            .await?;
-    }
     Ok(Some(n))
 }
 

@@ -672,6 +672,15 @@ impl OutcomeConfig {
             "--provider-notification-retention",
             self.provider_notification_retention,
         )?;
+        // A notification is accepted while its timestamp is within the
+        // tolerance; its id must be remembered at least as long, or a copy
+        // replayed after the id was forgotten would be applied again.
+        if self.provider_notification_retention < self.provider_notification_tolerance {
+            return Err(
+                "--provider-notification-retention must be at least --provider-notification-tolerance"
+                    .into(),
+            );
+        }
         if self.provider_poll_after.is_zero()
             || self.provider_poll_after > self.provider_poll_interval_max
         {
@@ -726,6 +735,25 @@ mod tests {
         ];
         assert!(parse(fits).validate().is_ok());
         assert!(parse(&[]).validate().is_ok(), "the defaults fit");
+    }
+
+    #[test]
+    fn notification_ids_are_kept_at_least_as_long_as_a_notification_is_accepted() {
+        let short = &[
+            "--provider-notification-tolerance",
+            "10m",
+            "--provider-notification-retention",
+            "5m",
+        ];
+        let err = parse(short).validate().unwrap_err();
+        assert!(err.contains("--provider-notification-retention"), "{err}");
+        let equal = &[
+            "--provider-notification-tolerance",
+            "10m",
+            "--provider-notification-retention",
+            "10m",
+        ];
+        assert!(parse(equal).validate().is_ok());
     }
 
     #[test]

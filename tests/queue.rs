@@ -460,6 +460,16 @@ async fn check_queue(
         "{t}: a requeue starts a budget"
     );
 
+    // Requeued by an operator while held, then given back by a draining
+    // holder: the give-back still goes through, and charges nothing.
+    let requeue_held = format!("UPDATE {t} q SET {}", q.requeue_set());
+    assert_eq!(db.execute(&requeue_held, &[]).await.unwrap(), 1, "{t}");
+    assert_eq!(
+        keyed(db, &release, &key, &[&claim(4)]).await,
+        1,
+        "{t}: a requeued row goes back"
+    );
+
     // Done: only under the live claim.
     assert_eq!(
         keyed(db, &q.complete_sql(), &key, &[&claim(3)]).await,

@@ -459,11 +459,14 @@ impl<W: Work> Worker<W> {
         }));
     }
 
-    /// Answers the drain's waiters once nothing is held any more.
+    /// Answers the drain's waiters once nothing is held any more. A claim
+    /// still running holds what it will return: its rows are given back
+    /// when it ends, and only then is the worker drained.
     fn check_drained(&mut self) {
         let idle = self.in_flight == 0
             && self.outcomes.is_empty()
             && !self.settling
+            && !self.claiming
             && self.pending.is_empty()
             && self.releasing == 0;
         if self.draining && idle {
@@ -634,5 +637,86 @@ impl<W: Work> Handler<Drain> for Worker<W> {
         Box::pin(async move {
             let _ = rx.await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A queue whose one claim takes a while and returns one row, and
+    /// which records what it is given back.
+    struct SlowClaim {
+        released: Arc<Mutex<Vec<u32>>>,
+    }
+
+    impl Work for SlowClaim {
+        type Row = u32;
+        type Key = u32;
+        type Outcome = ();
+        const QUEUE: QueueName = QueueName::Polls;
+        const CHANNEL: &'static str = "payrail_test_slow_claim";
+        const CLAIM_AFTER_SETTLING: bool = false;
+
+        fn claim_of(row: &u32) -> (u32, i32) {
+            (*row, 1)
+        }
+        fn claim(&self, _limit: usize) -> BoxFuture<'static, Result<Vec<u32>, StoreError>> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(vec![7])
+            })
+        }
+        fn work(&self, _row: u32) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn settle(&self, _batch: Arc<[(u32, ())]>) -> BoxFuture<'static, Result<(), StoreError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn settle_failed(&self, _row: &u32, _error: &StoreError) {}
+        fn release(&self, rows: Vec<u32>) -> BoxFuture<'static, Result<(), StoreError>> {
+            let released = self.released.clone();
+            Box::pin(async move {
+                crate::sync::lock(&released).extend(rows);
+                Ok(())
+            })
+        }
+        fn due_again(_outcome: &()) -> Option<Duration> {
+            None
+        }
+        fn report(&self) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    #[actix::test]
+    async fn a_drain_waits_for_the_claim_in_flight_and_gives_its_rows_back() {
+        // No Postgres listens here: the listener retries in the background.
+        let config = crate::cli::serve_config(["--database-url", "postgres://x@127.0.0.1:1/none"])
+            .expect("valid flags");
+        let listener = crate::store::Store::connect(&config.database)
+            .expect("a lazy pool")
+            .listener();
+        let released = Arc::new(Mutex::new(Vec::new()));
+        let limits = WorkerLimits {
+            concurrency_max: 4,
+            poll_interval: Duration::from_secs(60),
+            call_window: Duration::from_secs(10),
+            settle_batch_max: 4,
+        };
+        let work = SlowClaim {
+            released: released.clone(),
+        };
+        let worker = Worker::new(work, listener, limits, None).start();
+        // The first claim starts with the worker; drain while it runs.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        worker.send(Drain).await.expect("the worker answers");
+        assert_eq!(
+            *crate::sync::lock(&released),
+            [7],
+            "the drain answered only after the claimed row went back"
+        );
     }
 }

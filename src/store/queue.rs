@@ -290,13 +290,15 @@ RETURNING {qkeys}",
 
     /// Gives back rows claimed and never worked on (a drain): due at once
     /// and without a lease, so the next claim does not take them for
-    /// reclaimed, and the claim is not charged to the retry budget. Each
-    /// only while still held under its claim. Inputs: the key columns, then
-    /// the claim's attempt.
+    /// reclaimed, and the claim is not charged to the retry budget (a row
+    /// an operator requeued meanwhile already starts a fresh budget: its
+    /// base stays at its claims). Each only while still held under its
+    /// claim. Inputs: the key columns, then the claim's attempt.
     pub fn release_sql(&self) -> String {
         let (inputs, names) = self.unnest(&[("attempt", "int4")]);
         format!(
-            "UPDATE {t} q SET locked_until = NULL, {due} = now(), attempts_base = q.attempts_base + 1
+            "UPDATE {t} q SET locked_until = NULL, {due} = now(),
+    attempts_base = LEAST(q.attempts_base + 1, q.attempts)
 FROM UNNEST({inputs}) AS i({names})
 WHERE {imatch} AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
             t = self.table,

@@ -301,15 +301,35 @@ async fn a_retry_needs_the_csrf_token_and_is_audited_with_what_it_did() {
         )
         .await
         .unwrap();
-    assert_eq!(audit.len(), 2);
     assert_eq!(audit[0].get::<_, String>(0), "grace");
     assert_eq!(audit[0].get::<_, String>(1), "outbox.retry");
     assert_eq!(audit[0].get::<_, String>(2), ids[0]);
     assert_eq!(audit[0].get::<_, i64>(3), 1);
-    // The second retried the two still dead, unless the first had
-    // already failed again (then all three).
+    // The bulk retry retried the two still dead, unless the first had
+    // already failed again (then all three), and says so once as a whole
+    // and once on each transfer it retried.
+    assert_eq!(audit[1].get::<_, String>(1), "outbox.retry-bulk");
+    assert_eq!(audit[1].get::<_, String>(2), "all dead rows");
     let second: i64 = audit[1].get(3);
     assert!((2..=3).contains(&second), "{second}");
+    let each: Vec<(String, String, i64)> = audit[2..]
+        .iter()
+        .map(|r| (r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(each.len() as i64, second, "{each:?}");
+    assert!(
+        each.iter()
+            .all(|(action, target, rows)| action == "outbox.retry"
+                && ids.contains(target)
+                && *rows == 1),
+        "{each:?}"
+    );
+    let retried = &each.last().unwrap().1;
+    let (_, timeline) = page(&app, &b, &format!("/console/transfers/{retried}")).await;
+    assert!(
+        timeline.contains("outbox.retry"),
+        "the transfer's timeline shows the bulk retry"
+    );
     let (_, log) = page(&app, &b, "/console/audit").await;
     assert!(log.contains("outbox.retry") && log.contains("grace"));
 
@@ -408,4 +428,55 @@ async fn live_figures_come_as_json_to_a_signed_in_operator_only() {
         .unwrap();
     assert!(live["creates_per_second"].as_f64().unwrap() > 0.0, "{live}");
     assert_eq!(live["outbox_dead"], 0);
+}
+
+#[actix_web::test]
+async fn reviving_a_disabled_endpoint_is_audited_as_enabling_it_and_as_its_redelivery() {
+    let app = spawn_app_with(&fresh_database().await, &["--console"]).await;
+    let db = app.db().await;
+    let endpoint = uuid::Uuid::now_v7();
+    db.execute(
+        "INSERT INTO webhook_endpoints (id, client_id, url, secret, disabled_at) \
+         VALUES ($1, $2, 'http://127.0.0.1:9/', 's', now())",
+        &[&endpoint, &app.client_id],
+    )
+    .await
+    .unwrap();
+    let b = browser();
+    sign_in(&app, &b, &operator_token(&app, "lin").await).await;
+    let (_, endpoints) = page(&app, &b, "/console/endpoints").await;
+    let csrf = hidden(&endpoints, "csrf").expect("a form on the page");
+    let revive = |csrf: String| {
+        let b = b.clone();
+        let url = format!("{}/console/endpoints/{endpoint}/revive", app.address);
+        async move { b.post(url).form(&[("csrf", csrf)]).send().await.unwrap() }
+    };
+    assert_eq!(revive(csrf.clone()).await.status(), StatusCode::SEE_OTHER);
+    // Again, now that it is enabled: only the redelivery.
+    assert_eq!(revive(csrf).await.status(), StatusCode::SEE_OTHER);
+    let actions: Vec<(String, String)> = db
+        .query("SELECT action, target FROM operator_audit ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let target = endpoint.to_string();
+    assert_eq!(
+        actions,
+        [
+            ("endpoint.enable".to_owned(), target.clone()),
+            ("endpoint.redeliver-dead".to_owned(), target.clone()),
+            ("endpoint.redeliver-dead".to_owned(), target),
+        ]
+    );
+    let enabled: bool = db
+        .query_one(
+            "SELECT disabled_at IS NULL FROM webhook_endpoints WHERE id = $1",
+            &[&endpoint],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(enabled);
 }

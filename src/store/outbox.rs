@@ -159,32 +159,39 @@ static RELEASE: LazyLock<String> = LazyLock::new(|| OUTBOX.release_sql());
 /// both are `None`), at most `rows_max`, oldest dead first; and wakes the
 /// relays (on commit, in a transaction). The claim counter, the fencing
 /// token, is not lowered: a new budget starts from where it stands.
-/// Returns how many rows are due again.
+/// Returns the transfers whose rows are due again.
 pub(super) async fn requeue_dead(
     client: &impl GenericClient,
     transfer_id: Option<Uuid>,
     error: Option<&str>,
     rows_max: i64,
-) -> Result<u64, StoreError> {
-    let n = client
-        .execute(
+) -> Result<Vec<Uuid>, StoreError> {
+    let requeued: Vec<Uuid> = client
+        .query(
             &format!(
                 "UPDATE outbox q SET {}, locked_until = NULL WHERE transfer_id IN (
                     SELECT transfer_id FROM outbox
                     WHERE dead_at IS NOT NULL
                       AND ($1::uuid IS NULL OR transfer_id = $1)
                       AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
-                    ORDER BY dead_at LIMIT $3 FOR UPDATE)",
+                    ORDER BY dead_at LIMIT $3 FOR UPDATE)
+                RETURNING transfer_id",
                 OUTBOX.requeue_set()
             ),
             &[&transfer_id, &error, &rows_max],
         )
-        .await?;
-    assert!(n <= rows_max as u64, "a requeue stays within its limit");
-    if n > 0 {
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        requeued.len() as i64 <= rows_max,
+        "a requeue stays within its limit"
+    );
+    if !requeued.is_empty() {
         client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
     }
-    Ok(n)
+    Ok(requeued)
 }
 
 /// Records the calls of a batch and how they ended, for the console's
@@ -373,7 +380,7 @@ impl OutboxStore {
     pub async fn retry(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
         self.0
             .with_client(|client| async move {
-                Ok(requeue_dead(&client, Some(transfer_id), None, 1).await? == 1)
+                Ok(requeue_dead(&client, Some(transfer_id), None, 1).await? == [transfer_id])
             })
             .await
     }

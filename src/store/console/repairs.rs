@@ -11,8 +11,10 @@ impl ConsoleStore {
     /// Puts dead outbox rows back in line with a fresh budget: one
     /// transfer's, or every one whose last error contains `error` (all
     /// when both are `None`), at most `rows_max`. Audited in the same
-    /// transaction; returns how many rows are due again. The fencing token
-    /// keeps growing: a retry starts a new budget from where it stands.
+    /// transaction: a bulk retry as such, and each transfer it retried, so
+    /// that the transfer's timeline shows it. Returns how many rows are due
+    /// again. The fencing token keeps growing: a retry starts a new budget
+    /// from where it stands.
     pub async fn retry_dead(
         &self,
         operator: &OperatorSession,
@@ -30,14 +32,21 @@ impl ConsoleStore {
         self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                let n = crate::store::outbox::requeue_dead(
+                let requeued = crate::store::outbox::requeue_dead(
                     &tx,
                     transfer_id,
                     error.as_deref(),
                     rows_max,
                 )
                 .await?;
-                audit(&tx, &operator, "outbox.retry", &target, n).await?;
+                let n = requeued.len() as u64;
+                if transfer_id.is_none() {
+                    audit(&tx, &operator, "outbox.retry-bulk", &target, n).await?;
+                    let each: Vec<String> = requeued.iter().map(Uuid::to_string).collect();
+                    audit_each(&tx, &operator, "outbox.retry", &each).await?;
+                } else {
+                    audit(&tx, &operator, "outbox.retry", &target, n).await?;
+                }
                 tx.commit().await?;
                 Ok(n)
             })
@@ -78,9 +87,14 @@ impl ConsoleStore {
         self.write
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                let Some(n) = revive_endpoint(&tx, endpoint_id, rows_max).await? else {
+                let Some((was_disabled, n)) = revive_endpoint(&tx, endpoint_id, rows_max).await?
+                else {
                     return Ok(None);
                 };
+                let target = endpoint_id.to_string();
+                if was_disabled {
+                    audit(&tx, &operator, "endpoint.enable", &target, 1).await?;
+                }
                 audit(
                     &tx,
                     &operator,
@@ -94,6 +108,33 @@ impl ConsoleStore {
             })
             .await
     }
+}
+
+/// Writes one row per target of one operator action (each touching one
+/// row), in the action's transaction.
+async fn audit_each(
+    tx: &deadpool_postgres::Transaction<'_>,
+    operator: &OperatorSession,
+    action: &str,
+    targets: &[String],
+) -> Result<(), StoreError> {
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let n = tx
+        .execute(
+            "INSERT INTO operator_audit (operator_id, operator_name, action, target, rows_touched) \
+             SELECT $1, $2, $3, t, 1 FROM UNNEST($4::text[]) AS t",
+            &[
+                &operator.operator_id,
+                &operator.operator_name,
+                &action,
+                &targets,
+            ],
+        )
+        .await?;
+    assert_eq!(n, targets.len() as u64, "one audit row per target");
+    Ok(())
 }
 
 /// Writes one operator action to the audit, in the action's transaction.

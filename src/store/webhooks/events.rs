@@ -206,22 +206,31 @@ async fn requeue(
 
 /// Re-enables an endpoint (if disabled) and makes up to `rows_max` of its
 /// dead deliveries due again with a fresh schedule, in the caller's
-/// transaction, waking the delivery workers on commit; how many are due.
-/// `None` when no live endpoint has this id.
+/// transaction, waking the delivery workers on commit; whether it was
+/// disabled, and how many are due. `None` when no live endpoint has this id.
 pub(in crate::store) async fn revive_endpoint(
     tx: &deadpool_postgres::Transaction<'_>,
     endpoint_id: Uuid,
     rows_max: i64,
-) -> Result<Option<u64>, StoreError> {
-    let found = tx
+) -> Result<Option<(bool, u64)>, StoreError> {
+    // The row as it was, locked, then enabled.
+    let Some(before) = tx
         .query_opt(
-            "UPDATE webhook_endpoints SET disabled_at = NULL \
-             WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+            "SELECT disabled_at IS NOT NULL FROM webhook_endpoints \
+             WHERE id = $1 AND deleted_at IS NULL FOR UPDATE",
+            &[&endpoint_id],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let was_disabled: bool = before.get(0);
+    if was_disabled {
+        tx.execute(
+            "UPDATE webhook_endpoints SET disabled_at = NULL WHERE id = $1",
             &[&endpoint_id],
         )
         .await?;
-    if found.is_none() {
-        return Ok(None);
     }
     let n = requeue(
         tx,
@@ -236,7 +245,7 @@ pub(in crate::store) async fn revive_endpoint(
         n <= rows_max as u64,
         "a bulk redelivery stays within its limit"
     );
-    Ok(Some(n))
+    Ok(Some((was_disabled, n)))
 }
 
 impl EventStore {

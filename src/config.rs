@@ -165,6 +165,16 @@ pub struct ServeConfig {
     /// Keys are random, so a new client's key is never one that was tried.
     #[arg(long, env = "PAYRAIL_AUTH_NEGATIVE_CACHE_TTL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub auth_negative_cache_ttl: Duration,
+    /// Lookups of API keys in neither cache, per second and process (bursts
+    /// as large): past it such a request gets `503 overloaded` without a
+    /// query, so a flood of random keys costs Postgres at most this much,
+    /// while keys already known (cached) keep working.
+    #[arg(
+        long,
+        env = "PAYRAIL_AUTH_LOOKUPS_PER_SECOND_MAX",
+        default_value_t = 1000
+    )]
+    pub auth_lookups_per_second_max: u32,
     /// How long a `/readyz` answer is reused, so a flood of probes costs
     /// Postgres one query per interval.
     #[arg(long, env = "PAYRAIL_READYZ_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
@@ -571,6 +581,10 @@ impl ServeConfig {
                 self.outcomes.provider_poll_settle_batch_max,
             ),
             ("--rate-limit-burst", self.rate_limit_burst as usize),
+            (
+                "--auth-lookups-per-second-max",
+                self.auth_lookups_per_second_max as usize,
+            ),
         ];
         if let Some((flag, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{flag} must be at least 1"));

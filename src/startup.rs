@@ -150,6 +150,7 @@ fn api_state(
         auth_cache,
         shards,
         rate_limiter: ClientRateLimiter::new(config.rate_limit, config.rate_limit_burst),
+        auth_lookups: api::LookupLimiter::new(config.auth_lookups_per_second_max),
         body_bytes_max: config.body_bytes_max,
         body_read_timeout: config.client_request_timeout,
         readiness: ReadinessCache::new(config.readyz_cache_ttl),

@@ -105,6 +105,7 @@ const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
     use Kind::*;
     &[
     (Counter, "payrail_http_requests_total", None, "HTTP requests answered, by route pattern, method and status (unknown ones are 'other')"),
+    (Counter, "payrail_auth_lookups_refused_total", None, "Requests with an API key no cache knew, answered 503 without a query: past --auth-lookups-per-second-max"),
     (Histogram, "payrail_http_request_duration_seconds", Some(Unit::Seconds), "Time to answer an HTTP request, by route pattern and method"),
     (Gauge, "payrail_shard_queue_depth", None, "Attempts a key-shard holds: queued for a flush, in one, or waiting on their key's write"),
     (Gauge, "payrail_replay_cache_entries", None, "Committed answers in a shard's replay cache"),

@@ -216,3 +216,69 @@ async fn an_acknowledgement_counts_only_for_the_listener_that_sent_it() {
         "the silent listener never confirmed, whatever else was echoed"
     );
 }
+
+#[actix_web::test]
+async fn a_flood_of_random_keys_is_bounded_before_postgres_and_known_clients_keep_working() {
+    let app = spawn_app_with(
+        &common::fresh_database().await,
+        &["--auth-lookups-per-second-max", "20"],
+    )
+    .await;
+    // The known client's key is in the cache after its first request.
+    let first = app.post_transfer(&new_key(), &transfer_body()).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+
+    let stranger = |i: usize| {
+        let app_http = app.http.clone();
+        let url = format!("{}/transfers", app.address);
+        async move {
+            let res = app_http
+                .get(url)
+                .bearer_auth(format!("prk_random_{i}_{}", new_key()))
+                .send()
+                .await
+                .unwrap();
+            (res.status(), res.headers().contains_key("retry-after"))
+        }
+    };
+    let known = async {
+        let mut statuses = Vec::new();
+        for _ in 0..20 {
+            statuses.push(
+                app.post_transfer(&new_key(), &transfer_body())
+                    .await
+                    .status(),
+            );
+        }
+        statuses
+    };
+    let started = std::time::Instant::now();
+    let (flood, known) = futures::join!(futures::future::join_all((0..400).map(stranger)), known);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(
+        known.iter().all(|s| *s == StatusCode::CREATED),
+        "the known client is never refused: {known:?}"
+    );
+    let looked_up = flood
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::UNAUTHORIZED)
+        .count();
+    let shed = flood
+        .iter()
+        .filter(|(s, retry)| *s == StatusCode::SERVICE_UNAVAILABLE && *retry)
+        .count();
+    assert_eq!(looked_up + shed, 400, "each stranger is refused one way");
+    // The bucket holds 20 and refills at 20/s: of the 400 keys, at most
+    // the burst and what refilled while the flood lasted reached Postgres.
+    let bound = 20.0 + 20.0 * elapsed + 5.0;
+    assert!(
+        looked_up >= 10 && (looked_up as f64) <= bound,
+        "{looked_up} lookups reached Postgres in {elapsed:.2} s (at most {bound:.0})"
+    );
+    assert!(shed > 0, "the flood was shed");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("payrail_auth_lookups_refused_total"),
+        "the refusals are counted"
+    );
+}

@@ -30,6 +30,9 @@ impl FromRequest for Caller {
             let client = match cache.get(&hash) {
                 Some(client) => client,
                 None if cache.is_unknown(&hash) => return Err(ApiError::Unauthorized),
+                // A key no cache knows costs a query: bounded per process,
+                // since strangers choose such keys.
+                None if !state.auth_lookups.check() => return Err(ApiError::Overloaded),
                 None => {
                     let since = cache.generation();
                     // On the authentication pool: a flood of unknown keys

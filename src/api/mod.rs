@@ -29,7 +29,7 @@ pub use auth_cache::AuthCache;
 pub use middleware::observe;
 pub use ops::ReadinessCache;
 pub use problem::ApiError;
-pub use rate_limit::ClientRateLimiter;
+pub use rate_limit::{ClientRateLimiter, LookupLimiter};
 
 /// What every handler shares.
 pub struct AppState {
@@ -41,6 +41,8 @@ pub struct AppState {
     pub auth_cache: std::sync::Arc<AuthCache>,
     /// Per-client request budget.
     pub rate_limiter: ClientRateLimiter,
+    /// Lookups of keys no cache knows.
+    pub auth_lookups: LookupLimiter,
     /// Largest accepted body, in bytes.
     pub body_bytes_max: usize,
     /// How long a client may take to send its body.

@@ -1,12 +1,13 @@
 //! Per-client token buckets (GCRA, from `governor`), checked right after
 //! authentication so that one client's burst is shed before it reaches the
-//! shards that every client shares.
+//! shards that every client shares; and one bucket for the lookups of keys
+//! no cache knows, checked before authentication reaches Postgres.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::domain::ClientId;
 
@@ -38,6 +39,34 @@ impl ClientRateLimiter {
     }
 }
 
+/// One bucket for the whole process: lookups of API keys that neither the
+/// key cache nor the unknown-key cache holds. Strangers choose those keys,
+/// so this is the bound on what they can make Postgres do.
+pub struct LookupLimiter {
+    limiter: DefaultDirectRateLimiter,
+    refused: metrics::Counter,
+}
+
+impl LookupLimiter {
+    /// `per_second` lookups per second, in bursts of as many.
+    pub fn new(per_second: u32) -> Self {
+        let per_second = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
+        Self {
+            limiter: RateLimiter::direct(Quota::per_second(per_second)),
+            refused: metrics::counter!("payrail_auth_lookups_refused_total"),
+        }
+    }
+
+    /// Takes a token for one lookup; false (and counted) when none is left.
+    pub fn check(&self) -> bool {
+        let allowed = self.limiter.check().is_ok();
+        if !allowed {
+            self.refused.increment(1);
+        }
+        allowed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +88,15 @@ mod tests {
             "{wait:?}"
         );
         assert_eq!(limiter.check(b), Ok(()), "buckets are per client");
+    }
+
+    #[test]
+    fn lookups_past_the_bucket_are_refused() {
+        let l = LookupLimiter::new(3);
+        let allowed = (0..10).filter(|_| l.check()).count();
+        assert_eq!(
+            allowed, 3,
+            "a burst of the rate, then nothing until it refills"
+        );
     }
 }

@@ -116,8 +116,8 @@ const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
     (Counter, "payrail_shard_flush_splits_total", None, "Flushes Postgres refused for particular rows, retried in halves"),
     (Counter, "payrail_shard_flush_lock_retries_total", None, "Flushes retried whole after waiting past the lock timeout for a lock that is not a row's"),
     (Counter, "payrail_shard_flush_failures_total", None, "Flushes that failed, answering their attempts 409 or 503"),
-    (Gauge, "payrail_outbox_backlog", None, "Outbox rows not yet settled and not dead-lettered (all processes)"),
-    (Gauge, "payrail_outbox_dead", None, "Dead-lettered outbox rows, waiting for `payrail outbox retry`"),
+    (Gauge, "payrail_outbox_backlog", None, "Outbox rows not yet settled and not dead-lettered (all processes) (counted up to 100000: a figure there means at least)"),
+    (Gauge, "payrail_outbox_dead", None, "Dead-lettered outbox rows, waiting for `payrail outbox retry` (counted up to 100000: a figure there means at least)"),
     (Gauge, "payrail_outbox_oldest_due_age_seconds", Some(Unit::Seconds), "Age of the oldest outbox row that is due now"),
     (Gauge, "payrail_outbox_waiting_rows", None, "Outbox rows due and held by no relay, counted up to --outbox-backlog-max + 1 (measured by this process's relay)"),
     (Gauge, "payrail_outbox_waiting_age_seconds", Some(Unit::Seconds), "How long the oldest outbox row due and held by no relay has waited"),
@@ -144,11 +144,11 @@ const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
     (Histogram, "payrail_provider_notification_batch_size", Some(Unit::Count), "Provider notifications applied in one transaction"),
     (Counter, "payrail_provider_polls_total", None, "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"),
     (Counter, "payrail_transfer_anomalies_total", None, "Provider reports that contradict a transfer's final status, kept for operators, by source (relay, notification, poll)"),
-    (Gauge, "payrail_transfers_processing", None, "Transfers the provider accepted and has not decided yet"),
-    (Gauge, "payrail_transfers_stuck", None, "Of those, the ones processing for longer than --provider-processing-max"),
+    (Gauge, "payrail_transfers_processing", None, "Transfers the provider accepted and has not decided yet (counted up to 100000: a figure there means at least)"),
+    (Gauge, "payrail_transfers_stuck", None, "Of those, the ones processing for longer than --provider-processing-max (counted up to 100000: a figure there means at least)"),
     (Gauge, "payrail_transfers_processing_oldest_age_seconds", Some(Unit::Seconds), "How long the oldest processing transfer has waited for its outcome"),
-    (Gauge, "payrail_webhook_backlog", None, "Webhook deliveries neither delivered nor dead"),
-    (Gauge, "payrail_webhook_dead", None, "Webhook deliveries that ran out of attempts or lost their endpoint"),
+    (Gauge, "payrail_webhook_backlog", None, "Webhook deliveries neither delivered nor dead (counted up to 100000: a figure there means at least)"),
+    (Gauge, "payrail_webhook_dead", None, "Webhook deliveries that ran out of attempts or lost their endpoint (counted up to 100000: a figure there means at least)"),
     (Gauge, "payrail_webhook_oldest_due_age_seconds", Some(Unit::Seconds), "How long the oldest due webhook delivery has waited"),
     (Counter, "payrail_webhook_deliveries_total", None, "Webhook delivery attempts, by outcome (delivered, retry, dead, gone)"),
     (Histogram, "payrail_webhook_delivery_seconds", Some(Unit::Seconds), "Duration of one webhook delivery attempt"),
@@ -166,5 +166,22 @@ fn describe_metrics() {
             (Kind::Histogram, Some(u)) => metrics::describe_histogram!(name, u, help),
             (Kind::Histogram, None) => metrics::describe_histogram!(name, help),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_figure_names_its_bound() {
+        let capped: Vec<&str> = METRICS
+            .iter()
+            .map(|(_, _, _, help)| *help)
+            .filter(|help| help.contains("a figure there means at least"))
+            .collect();
+        assert_eq!(capped.len(), 6, "{capped:?}");
+        let bound = format!("counted up to {}:", crate::store::FIGURE_ROWS_MAX);
+        assert!(capped.iter().all(|help| help.contains(&bound)), "{capped:?}");
     }
 }

@@ -581,3 +581,26 @@ async fn a_transfer_processing_and_decided_in_one_batch_is_not_left_polled() {
         "each change is announced"
     );
 }
+
+#[actix_web::test]
+async fn the_backlog_figures_count_up_to_their_bound_and_no_further() {
+    // /metrics and the console's live view read these every few seconds:
+    // a backlog past the bound reads as the bound ("at least").
+    let app = spawn_app().await;
+    app.stop().await;
+    let max = payrail::store::FIGURE_ROWS_MAX;
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO outbox (transfer_id, attempts, attempts_base, dead_at, last_error) \
+             SELECT gen_random_uuid(), 1, 0, now(), 'e' FROM generate_series(1::int8, $1)",
+            &[&(max + 5)],
+        )
+        .await
+        .unwrap();
+    let stats = app.store.outbox().stats().await.unwrap();
+    assert_eq!(stats.dead, max);
+    assert_eq!(stats.backlog, 0);
+    let live = app.store.console().live().await.unwrap();
+    assert_eq!((live.outbox_dead, live.outbox_backlog), (max, 0));
+}

@@ -108,6 +108,20 @@ fn db_detail(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Most rows any figure of `/metrics` or the console's live view counts:
+/// past it the figure reads this number, meaning "at least". Those figures
+/// are read every few seconds by every process; a backlog larger than this
+/// is already far past every other bound, and counting it whole would cost
+/// a scan of the backlog each time (about 10 ms per 100 000 rows of an
+/// index), growing with the very outage that made the backlog.
+pub const FIGURE_ROWS_MAX: i64 = 100_000;
+
+/// `count(*)` of the rows `from_where` (a `FROM ... WHERE ...`) selects, up
+/// to `$limit`: a scalar subquery reading at most that many rows.
+pub(crate) fn capped_count(from_where: &str, limit: &str) -> String {
+    format!("(SELECT count(*) FROM (SELECT 1 {from_where} LIMIT {limit}) capped)")
+}
+
 /// Handle to Postgres: a bounded connection pool plus the operation timeout.
 /// Cheap to clone; every actor holds one.
 #[derive(Clone)]

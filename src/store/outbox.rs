@@ -425,20 +425,29 @@ impl OutboxStore {
             .await
     }
 
-    /// Backlog, dead rows and the age of the oldest due row.
+    /// Backlog and dead rows, each counted up to [`super::FIGURE_ROWS_MAX`],
+    /// and the age of the oldest due row (one index entry).
     pub async fn stats(&self) -> Result<OutboxStats, StoreError> {
-        self.0.with_client(|client| async move {
-            let row = client
-                .query_one(
-                    "SELECT count(*) FILTER (WHERE dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL), \
-                     COALESCE(EXTRACT(EPOCH FROM now() - min(available_at) \
-                        FILTER (WHERE dead_at IS NULL AND available_at <= now()))::float8, 0) FROM outbox",
-                    &[],
-                )
-                .await?;
-            Ok(OutboxStats { backlog: row.get(0), dead: row.get(1), oldest_due_age_seconds: row.get(2) })
-        })
-        .await
+        static STATS: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {}, {}, COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at))::float8 \
+                 FROM outbox WHERE dead_at IS NULL AND available_at <= now()), 0)",
+                super::capped_count("FROM outbox WHERE dead_at IS NULL", "$1"),
+                super::capped_count("FROM outbox WHERE dead_at IS NOT NULL", "$1"),
+            )
+        });
+        self.0
+            .with_client(|client| async move {
+                let row = client
+                    .query_one(STATS.as_str(), &[&super::FIGURE_ROWS_MAX])
+                    .await?;
+                Ok(OutboxStats {
+                    backlog: row.get(0),
+                    dead: row.get(1),
+                    oldest_due_age_seconds: row.get(2),
+                })
+            })
+            .await
     }
 }
 

@@ -208,14 +208,19 @@ impl PollStore {
     pub async fn stats(&self, max: Duration) -> Result<PollStats, StoreError> {
         self.0
             .with_client(|client| async move {
+                // Each count reads at most FIGURE_ROWS_MAX rows.
+                let sql = format!(
+                    "SELECT {}, {}, \
+                     COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(processing_since))::float8 \
+                       FROM provider_polls), 0)",
+                    super::capped_count("FROM provider_polls", "$2"),
+                    super::capped_count(
+                        "FROM provider_polls WHERE processing_since < now() - make_interval(secs => $1)",
+                        "$2"
+                    ),
+                );
                 let row = client
-                    .query_one(
-                        "SELECT count(*), \
-                         count(*) FILTER (WHERE processing_since < now() - make_interval(secs => $1)), \
-                         COALESCE(EXTRACT(EPOCH FROM now() - min(processing_since))::float8, 0) \
-                         FROM provider_polls",
-                        &[&max.as_secs_f64()],
-                    )
+                    .query_one(&sql, &[&max.as_secs_f64(), &super::FIGURE_ROWS_MAX])
                     .await?;
                 Ok(PollStats {
                     processing: row.get(0),

@@ -9,7 +9,7 @@ use super::{
     EndpointLine, EventLine, Live, LIVE_WINDOW,
 };
 use crate::domain::webhook::event_id_floor;
-use crate::store::StoreError;
+use crate::store::{capped_count, StoreError, FIGURE_ROWS_MAX};
 
 impl ConsoleStore {
     /// Dead outbox rows whose last error contains `error` (all when
@@ -180,21 +180,22 @@ impl ConsoleStore {
         let window = LIVE_WINDOW.as_secs_f64();
         self.write
             .with_client(|client| async move {
-                let row = client
-                    .query_one(
-                        "SELECT
-                            (SELECT count(*) FROM transfers WHERE id >= $1),
-                            (SELECT count(*) FROM webhook_events WHERE id >= $1
-                                AND type IN ('transfer.succeeded', 'transfer.failed')),
-                            (SELECT count(*) FILTER (WHERE dead_at IS NULL) FROM outbox),
-                            (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL),
-                            (SELECT count(*) FROM webhook_deliveries
-                                WHERE delivered_at IS NULL AND dead_at IS NULL),
-                            (SELECT count(*) FROM webhook_deliveries WHERE dead_at IS NOT NULL),
-                            (SELECT count(*) FROM provider_polls)",
-                        &[&since],
-                    )
-                    .await?;
+                // Each backlog counted up to FIGURE_ROWS_MAX rows.
+                let backlogs = [
+                    "FROM outbox WHERE dead_at IS NULL",
+                    "FROM outbox WHERE dead_at IS NOT NULL",
+                    "FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL",
+                    "FROM webhook_deliveries WHERE dead_at IS NOT NULL",
+                    "FROM provider_polls",
+                ]
+                .map(|from_where| capped_count(from_where, "$2"));
+                let sql = format!(
+                    "SELECT (SELECT count(*) FROM transfers WHERE id >= $1), \
+                     (SELECT count(*) FROM webhook_events WHERE id >= $1 \
+                        AND type IN ('transfer.succeeded', 'transfer.failed')), {}",
+                    backlogs.join(", ")
+                );
+                let row = client.query_one(&sql, &[&since, &FIGURE_ROWS_MAX]).await?;
                 Ok(Live {
                     creates_per_second: row.get::<_, i64>(0) as f64 / window,
                     settlements_per_second: row.get::<_, i64>(1) as f64 / window,

@@ -255,25 +255,33 @@ impl DeliveryStore {
 
     /// Backlog, dead deliveries and the age of the oldest due one.
     pub async fn stats(&self) -> Result<WebhookStats, StoreError> {
-        self.0.with_client(|conn| async move {
-            let row = conn
-                .query_one(
-                    "SELECT (SELECT count(*) FROM webhook_deliveries \
-                             WHERE delivered_at IS NULL AND dead_at IS NULL), \
-                            (SELECT count(*) FROM webhook_deliveries WHERE dead_at IS NOT NULL), \
-                            COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
-                              FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL \
-                              AND next_attempt_at <= now()), 0)",
-                    &[],
-                )
-                .await?;
-            Ok(WebhookStats {
-                backlog: row.get(0),
-                dead: row.get(1),
-                oldest_due_age_seconds: row.get(2),
+        self.0
+            .with_client(|conn| async move {
+                // Each count reads at most FIGURE_ROWS_MAX rows.
+                let sql = format!(
+                    "SELECT {}, {}, \
+                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
+                   FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL \
+                   AND next_attempt_at <= now()), 0)",
+                    crate::store::capped_count(
+                        "FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL",
+                        "$1"
+                    ),
+                    crate::store::capped_count(
+                        "FROM webhook_deliveries WHERE dead_at IS NOT NULL",
+                        "$1"
+                    ),
+                );
+                let row = conn
+                    .query_one(&sql, &[&crate::store::FIGURE_ROWS_MAX])
+                    .await?;
+                Ok(WebhookStats {
+                    backlog: row.get(0),
+                    dead: row.get(1),
+                    oldest_due_age_seconds: row.get(2),
+                })
             })
-        })
-        .await
+            .await
     }
 }
 

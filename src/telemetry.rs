@@ -182,6 +182,9 @@ mod tests {
             .collect();
         assert_eq!(capped.len(), 6, "{capped:?}");
         let bound = format!("counted up to {}:", crate::store::FIGURE_ROWS_MAX);
-        assert!(capped.iter().all(|help| help.contains(&bound)), "{capped:?}");
+        assert!(
+            capped.iter().all(|help| help.contains(&bound)),
+            "{capped:?}"
+        );
     }
 }

@@ -79,11 +79,8 @@ impl NotificationStore {
                     .map(|n| (n.transfer_id, n.report.clone()))
                     .collect();
                 let repeats = batch.len() - reports.len();
-                let applied = if reports.is_empty() {
-                    Applied::default()
-                } else {
-                    super::status::apply(&tx, reports, Source::Notification, poll_after).await?
-                };
+                let applied =
+                    super::status::apply(&tx, reports, Source::Notification, poll_after).await?;
                 tx.commit().await?;
                 Ok(NotificationReport { repeats, applied })
             })

@@ -3,6 +3,7 @@
 //! The row's `attempts`, raised by every claim, fences a holder whose lease
 //! ran out: its late writes match no row.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -10,8 +11,6 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
-
-use std::collections::HashSet;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
 use super::status::{self, Source};
@@ -306,11 +305,7 @@ impl OutboxStore {
                     held.done.len(),
                     "only a reported row is done"
                 );
-                let applied = if reports.is_empty() {
-                    status::Applied::default()
-                } else {
-                    status::apply(&tx, reports, Source::Relay, poll_after).await?
-                };
+                let applied = status::apply(&tx, reports, Source::Relay, poll_after).await?;
                 assert!(
                     applied.changed.iter().all(|t| held.done.contains(&t.id)),
                     "only a row still held changes its transfer"

@@ -150,15 +150,12 @@ impl PollStore {
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                let applied = if reports.is_empty() {
-                    Applied::default()
-                } else {
-                    // Its poll_after is unused: a lookup never reports
-                    // `processing` as a change (the transfer already is).
-                    // The status machine ends the polls of transfers that
-                    // are final, the ones found final already included.
-                    super::status::apply(&tx, reports, Source::Poll, Duration::ZERO).await?
-                };
+                // Its poll_after is unused: a lookup never reports
+                // `processing` as a change (the transfer already is). The
+                // status machine ends the polls of transfers that are
+                // final, the ones found final already included.
+                let applied =
+                    super::status::apply(&tx, reports, Source::Poll, Duration::ZERO).await?;
                 let keys: [&(dyn ToSql + Sync); 1] = [&again_ids];
                 again.run(&tx, &RESCHEDULE, &keys).await?;
                 tx.commit().await?;

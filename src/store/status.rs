@@ -202,13 +202,16 @@ SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
 /// transfer, in any order: they are applied in the order of a transfer's
 /// life, one step of the status machine per statement. The relay passes
 /// only reports whose outbox rows it still held (and has deleted, under
-/// their fencing tokens, in `tx`).
+/// their fencing tokens, in `tx`). No report: nothing is sent.
 pub(super) async fn apply(
     tx: &Tx<'_>,
     reports: Vec<(Uuid, ProviderReport)>,
     source: Source,
     poll_after: Duration,
 ) -> Result<Applied, StoreError> {
+    if reports.is_empty() {
+        return Ok(Applied::default());
+    }
     let rounds = rounds_of(reports);
     if source != Source::Relay {
         lock_work(tx, &rounds).await?;
@@ -384,7 +387,8 @@ fn answers(
 /// more work for finished ones, the anomalies, and one event per change.
 /// Every statement is prepared first, so that Postgres runs them in the
 /// order sent (a statement still to be prepared would be sent after the
-/// others), and a poll started in the batch is ended after it.
+/// others), and a poll started in the batch is ended after it. `finished`
+/// is sorted, each transfer once.
 async fn effects(
     tx: &Tx<'_>,
     applied: &mut Applied,
@@ -392,10 +396,16 @@ async fn effects(
     finished: &[Uuid],
     poll_after: Duration,
 ) -> Result<(), StoreError> {
+    assert!(
+        finished.windows(2).all(|w| w[0] < w[1]),
+        "finished transfers are sorted and distinct"
+    );
     let processing: Vec<Uuid> = applied
         .changed
         .iter()
-        .filter(|t| t.status == TransferStatus::Processing && !finished.contains(&t.id))
+        .filter(|t| {
+            t.status == TransferStatus::Processing && finished.binary_search(&t.id).is_err()
+        })
         .map(|t| t.id)
         .collect();
     let poll_after = poll_after.as_secs_f64();

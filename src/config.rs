@@ -264,6 +264,15 @@ pub struct ConsoleConfig {
     /// redeliver an endpoint's dead deliveries) changes at most.
     #[arg(long, env = "PAYRAIL_CONSOLE_BULK_ROWS_MAX", default_value_t = 10_000)]
     pub console_bulk_rows_max: i64,
+    /// Rows per second at which a bulk retry of dead outbox rows makes them
+    /// due again (the first at once): 10 000 parked rows re-enter over 20 s
+    /// at the default, not as one burst.
+    #[arg(
+        long,
+        env = "PAYRAIL_CONSOLE_BULK_RETRY_ROWS_PER_SECOND",
+        default_value_t = 500
+    )]
+    pub console_bulk_retry_rows_per_second: u32,
 }
 
 /// Flags of asynchronous payouts: the provider's signed notifications and
@@ -640,13 +649,13 @@ impl ConsoleConfig {
         if self.console_page_rows_max < 1
             || self.console_scan_rows_max < self.console_page_rows_max
             || self.console_bulk_rows_max < 1
+            || self.console_bulk_retry_rows_per_second < 1
             || self.console_session_ttl.is_zero()
         {
-            return Err(
-                "--console-page-rows-max, --console-bulk-rows-max and --console-session-ttl \
+            return Err("--console-page-rows-max, --console-bulk-rows-max, \
+                 --console-bulk-retry-rows-per-second and --console-session-ttl \
                  must be above 0, and --console-scan-rows-max at least --console-page-rows-max"
-                    .into(),
-            );
+                .into());
         }
         Ok(())
     }

@@ -357,3 +357,72 @@ fn help_and_docs_stand_on_their_own() {
     }
     assert!(root.join("LICENSE").exists());
 }
+
+#[actix_web::test]
+async fn an_outbox_retry_from_the_command_line_is_audited_with_who_ran_it() {
+    let app = common::spawn_app().await;
+    app.stop().await;
+    let db = app.db().await;
+    let id = uuid::Uuid::now_v7();
+    db.execute(
+        "WITH t AS (
+            INSERT INTO transfers (id, client_id, idempotency_key, status, amount, currency,
+                                   source_account, destination_account, created_at, updated_at)
+            VALUES ($1, $2, 'parked', 'pending', 100, 'EUR', 'acc_a', 'acc_b', now(), now())
+            RETURNING id, client_id)
+         INSERT INTO outbox (transfer_id, client_id, attempts, last_error, dead_at)
+         SELECT id, client_id, 20, 'provider answered 503', now() FROM t",
+        &[&id, &app.client_id],
+    )
+    .await
+    .unwrap();
+    let dir = temp_dir("audit");
+    let out = payrail(&dir)
+        .env("USER", "jane")
+        .args([
+            "outbox",
+            "retry",
+            &id.to_string(),
+            "--database-url",
+            &app.database_url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = db
+        .query(
+            "SELECT operator_id IS NULL, operator_name, action, rows_touched FROM operator_audit WHERE target = $1",
+            &[&id.to_string()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "one audit row, in the retry's transaction");
+    let row = &audit[0];
+    assert!(row.get::<_, bool>(0), "no operator account");
+    assert_eq!(row.get::<_, String>(1), "cli:jane");
+    assert_eq!(row.get::<_, String>(2), "outbox.retry");
+    assert_eq!(row.get::<_, i64>(3), 1);
+    // A second retry finds no dead row: refused, and nothing audited.
+    let out = payrail(&dir)
+        .args([
+            "outbox",
+            "retry",
+            &id.to_string(),
+            "--database-url",
+            &app.database_url,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM operator_audit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

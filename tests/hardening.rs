@@ -263,7 +263,13 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     let id = Uuid::parse_str(&id).unwrap();
     let lease = Duration::from_secs(30);
 
-    let stale = app.store.outbox().claim(10, lease).await.unwrap().remove(0);
+    let stale = app
+        .store
+        .outbox()
+        .claim(10, lease, 10, &[])
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!((stale.attempt, stale.budget_used), (1, 1));
     let dead = Settlement::Dead {
         error: ProviderText::clean("gave up"),
@@ -277,8 +283,14 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
         .unwrap();
     assert_eq!(report.held, [true]);
 
-    assert!(app.store.outbox().retry(id).await.unwrap());
-    let fresh = app.store.outbox().claim(10, lease).await.unwrap().remove(0);
+    assert!(app.store.outbox().retry(id, "cli:test").await.unwrap());
+    let fresh = app
+        .store
+        .outbox()
+        .claim(10, lease, 10, &[])
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(fresh.attempt, 2, "a new claim gets a new token");
     assert_eq!(fresh.budget_used, 1, "with a fresh retry budget");
 

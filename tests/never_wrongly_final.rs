@@ -191,7 +191,7 @@ async fn a_wrong_provider_url_parks_payouts_and_finalizes_none() {
     .unwrap();
     assert!(store
         .outbox()
-        .retry(executed.parse().unwrap())
+        .retry(executed.parse().unwrap(), "cli:test")
         .await
         .unwrap());
     let created_meanwhile = create_via(&wrong.base, &key).await;
@@ -237,7 +237,11 @@ async fn a_wrong_provider_url_parks_payouts_and_finalizes_none() {
     let posts_before = sim_stats(&sim).await.requests;
     let fixed = serve(&db, &sim.url(), "url-fixed", &[]).await;
     for id in [&executed, &created_meanwhile] {
-        assert!(store.outbox().retry(id.parse().unwrap()).await.unwrap());
+        assert!(store
+            .outbox()
+            .retry(id.parse().unwrap(), "cli:test")
+            .await
+            .unwrap());
     }
     wait_for("both to settle", Duration::from_secs(40), || async {
         status(&db, &executed).await == "succeeded"

@@ -61,14 +61,14 @@ fn final_as(status: TransferStatus) -> Settlement {
 async fn nothing_due(app: &TestApp) -> bool {
     app.store
         .outbox()
-        .claim(10, LEASE)
+        .claim(10, LEASE, 10, &[])
         .await
         .unwrap()
         .is_empty()
 }
 
 async fn claim_one(app: &TestApp) -> ClaimedRow {
-    let mut rows = app.store.outbox().claim(10, LEASE).await.unwrap();
+    let mut rows = app.store.outbox().claim(10, LEASE, 10, &[]).await.unwrap();
     assert_eq!(rows.len(), 1, "one row is due");
     rows.remove(0)
 }
@@ -142,7 +142,7 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
     assert!(app
         .store
         .outbox()
-        .retry(first.payout.transfer_id)
+        .retry(first.payout.transfer_id, "cli:test")
         .await
         .unwrap());
     let again = claim_one(&app).await;
@@ -336,14 +336,25 @@ async fn the_status_trigger_allows_exactly_the_changes_of_may_become() {
 /// Claims what is due of `q` for 30 s, fairly when it is a fair queue.
 async fn claim_of(db: &tokio_postgres::Client, q: &QueueTable) -> Vec<tokio_postgres::Row> {
     let (limit, lease) = (10_i64, 30.0_f64);
-    if q.fair_by.is_empty() {
-        return db.query(&q.claim_sql(), &[&limit, &lease]).await.unwrap();
-    }
     let shares = vec![10_i64; q.fair_by.len()];
+    let shares_of_group = 10_i64;
+    let (groups, counts): (Vec<uuid::Uuid>, Vec<i64>) = (Vec::new(), Vec::new());
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit];
-    params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+    let pick = match (q.group_by, q.fair_by.is_empty()) {
+        (Some(_), true) => {
+            params.extend([&shares_of_group as &(dyn ToSql + Sync), &groups, &counts]);
+            q.group_pick_sql()
+        }
+        (None, _) => {
+            return db.query(&q.claim_sql(), &[&limit, &lease]).await.unwrap();
+        }
+        (Some(_), false) => {
+            params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+            q.pick_sql()
+        }
+    };
     let picked: Vec<String> = db
-        .query(&q.pick_sql(), &params)
+        .query(&pick, &params)
         .await
         .unwrap()
         .iter()
@@ -450,7 +461,7 @@ async fn check_queue(
     assert!(claim_of(db, q).await.is_empty(), "{t}: a dead row waits");
     let requeue = format!(
         "UPDATE {t} q SET {} WHERE dead_at IS NOT NULL",
-        q.requeue_set()
+        q.requeue_set("now()")
     );
     assert_eq!(db.execute(&requeue, &[]).await.unwrap(), 1, "{t}");
     let rows = claim_of(db, q).await;
@@ -462,7 +473,7 @@ async fn check_queue(
 
     // Requeued by an operator while held, then given back by a draining
     // holder: the give-back still goes through, and charges nothing.
-    let requeue_held = format!("UPDATE {t} q SET {}", q.requeue_set());
+    let requeue_held = format!("UPDATE {t} q SET {}", q.requeue_set("now()"));
     assert_eq!(db.execute(&requeue_held, &[]).await.unwrap(), 1, "{t}");
     assert_eq!(
         keyed(db, &release, &key, &[&claim(4)]).await,
@@ -592,8 +603,8 @@ async fn the_backlog_figures_count_up_to_their_bound_and_no_further() {
     app.db()
         .await
         .execute(
-            "INSERT INTO outbox (transfer_id, attempts, attempts_base, dead_at, last_error) \
-             SELECT gen_random_uuid(), 1, 0, now(), 'e' FROM generate_series(1::int8, $1)",
+            "INSERT INTO outbox (transfer_id, client_id, attempts, attempts_base, dead_at, last_error) \
+             SELECT gen_random_uuid(), gen_random_uuid(), 1, 0, now(), 'e' FROM generate_series(1::int8, $1)",
             &[&(max + 5)],
         )
         .await

@@ -12,6 +12,6 @@ INSERT INTO idempotency_keys (client_id, key, fingerprint, transfer_id, response
 VALUES (:client::uuid, 'pgbench-' || :k::text, sha256(('pgbench-' || :k::text)::bytea), :id::uuid, 201,
         convert_to(repeat('x', 380), 'UTF8'), :at::timestamptz, :at::timestamptz + interval '24 hours')
 ON CONFLICT (client_id, key) DO NOTHING;
-INSERT INTO outbox (transfer_id) VALUES (:id::uuid);
+INSERT INTO outbox (transfer_id, client_id) VALUES (:id::uuid, :client::uuid);
 SELECT pg_notify('payrail_outbox', '');
 COMMIT;

@@ -40,7 +40,7 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
                 anyhow::anyhow!("expected a transfer id (a UUID such as 0193a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d), got {transfer_id:?}")
             })?;
             let store = Store::connect(&database.resolve()?)?;
-            if store.outbox().retry(id).await? {
+            if store.outbox().retry(id, &cli_actor()).await? {
                 println!("{id} is due again");
                 Ok(())
             } else {
@@ -48,4 +48,13 @@ pub async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Who runs this command, for the audit: the operating system's user as the
+/// environment names it (`cli:` and the name; `cli:unknown` when unset).
+fn cli_actor() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("cli:{user}")
 }

@@ -32,6 +32,8 @@ pub struct ConsoleState {
     pub scan_rows_max: i64,
     /// `--console-bulk-rows-max`.
     pub bulk_rows_max: i64,
+    /// `--console-bulk-retry-rows-per-second`.
+    pub bulk_retry_rows_per_second: u32,
     /// `--provider-processing-max`: how long `processing` counts as stuck.
     pub processing_max: Duration,
 }
@@ -46,6 +48,7 @@ impl ConsoleState {
             page_rows_max: c.console_page_rows_max,
             scan_rows_max: c.console_scan_rows_max,
             bulk_rows_max: c.console_bulk_rows_max,
+            bulk_retry_rows_per_second: c.console_bulk_retry_rows_per_second,
             processing_max: config.outcomes.provider_processing_max,
         }
     }

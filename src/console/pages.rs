@@ -333,7 +333,13 @@ pub async fn retry(
     let n = state
         .store
         .console()
-        .retry_dead(&op.0, transfer_id, given(&form.error), state.bulk_rows_max)
+        .retry_dead(
+            &op.0,
+            transfer_id,
+            given(&form.error),
+            state.bulk_rows_max,
+            state.bulk_retry_rows_per_second,
+        )
         .await?;
     assert!(
         n <= state.bulk_rows_max as u64 && (transfer_id.is_none() || n <= 1),

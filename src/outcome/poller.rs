@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::domain::ProviderText;
 use crate::provider::{Provider, ProviderOutcome};
-use crate::queue::worker::{BacklogGauges, QueueName, Work};
+use crate::queue::worker::{BacklogGauges, Holding, QueueName, Work};
 use crate::queue::RetryPolicy;
 use crate::store::polls::{PollOutcome, PollRow, PollStore, POLLS_CHANNEL};
 use crate::store::StoreError;
@@ -114,6 +114,7 @@ impl Work for PollWork {
     type Row = PollRow;
     type Key = Uuid;
     type Outcome = PollOutcome;
+    type Group = ();
 
     const QUEUE: QueueName = QueueName::Polls;
     const CHANNEL: &'static str = POLLS_CHANNEL;
@@ -125,7 +126,13 @@ impl Work for PollWork {
         (row.transfer_id, row.attempt)
     }
 
-    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<PollRow>, StoreError>> {
+    fn group_of(_row: &PollRow) {}
+
+    fn claim(
+        &self,
+        limit: usize,
+        _holding: Holding<()>,
+    ) -> BoxFuture<'static, Result<Vec<PollRow>, StoreError>> {
         let store = self.store.clone();
         let lease = self.limits.lease;
         async move { store.claim(limit as i64, lease).await }.boxed()

@@ -6,9 +6,11 @@
 //! again is one [`RetryPolicy`]; how rows are claimed, worked on, settled
 //! and drained is one [`worker::Worker`], each queue saying only what its
 //! work is ([`worker::Work`]); how long a claim leaves to start work is one
-//! [`window::call_window`].
+//! [`window::call_window`]. What a worker holds is served round-robin per
+//! group (the relay's: per client), [`pending::Pending`].
 
 pub mod backoff;
+pub mod pending;
 pub mod window;
 pub mod worker;
 

@@ -8,7 +8,15 @@
 //!   as a fallback;
 //! - claims at most as many rows as it has free slots, runs at most
 //!   `concurrency_max` of them at once, and never starts one later than
-//!   `call_window` after its claim, so no takeover overlaps it;
+//!   `call_window` after its claim, so no takeover overlaps it: a row
+//!   that missed its window goes back to the queue at once (nothing was
+//!   sent for it), due again for any worker;
+//! - serves the rows it holds round-robin across their groups (the
+//!   relay's: clients), and tells each claim what every group holds, so
+//!   that one group's burst neither delays another's rows in memory nor
+//!   takes every slot (rows handed over in memory do not take the claims'
+//!   room: they have their own bound, and a claim is what brings in the
+//!   other groups' rows written to Postgres);
 //! - settles outcomes in batches: while one settlement transaction runs, the
 //!   outcomes that arrive wait for the next, so batches grow with load and
 //!   add no latency when idle. A batch Postgres refuses for particular rows
@@ -19,8 +27,8 @@
 //!   back to the queue, the work in flight finishes and is settled;
 //! - reports the same metrics per queue, labelled `queue`.
 
-use std::collections::VecDeque;
 use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +36,7 @@ use actix::prelude::*;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use super::pending::Pending;
 use super::window::{SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
 use crate::store::{Listener, StoreError};
 
@@ -64,6 +73,9 @@ pub trait Work: Unpin + 'static {
     type Key: Copy + Ord + Debug + Send + Unpin + 'static;
     /// How working on one row ended.
     type Outcome: Clone + Debug + Send + Unpin + 'static;
+    /// What a row is served fairly by within a worker (the relay's rows:
+    /// their client); `()` for a queue served first come, first served.
+    type Group: Copy + Eq + Hash + Debug + Send + Unpin + 'static;
 
     /// The queue, for metrics and logs.
     const QUEUE: QueueName;
@@ -78,8 +90,16 @@ pub trait Work: Unpin + 'static {
 
     /// The row's key and claim number (its fencing token).
     fn claim_of(row: &Self::Row) -> (Self::Key, i32);
-    /// Claims up to `limit` due rows.
-    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<Self::Row>, StoreError>>;
+    /// The row's group.
+    fn group_of(row: &Self::Row) -> Self::Group;
+    /// Claims up to `limit` due rows; `holding` says what each group
+    /// holds in this worker and how much one group may hold, for a queue
+    /// that claims fairly by group.
+    fn claim(
+        &self,
+        limit: usize,
+        holding: Holding<Self::Group>,
+    ) -> BoxFuture<'static, Result<Vec<Self::Row>, StoreError>>;
     /// Works on one row (a provider call, a delivery attempt).
     fn work(&self, row: Self::Row) -> BoxFuture<'static, Self::Outcome>;
     /// Records a batch in one transaction, each row fenced by its claim.
@@ -97,6 +117,17 @@ pub trait Work: Unpin + 'static {
     fn due_again(outcome: &Self::Outcome) -> Option<Duration>;
     /// Reads the queue's backlog figures into `/metrics`.
     fn report(&self) -> BoxFuture<'static, ()>;
+}
+
+/// What a worker holds per group when it claims.
+#[derive(Debug, Clone)]
+pub struct Holding<G> {
+    /// Most rows one group may hold in this worker: its slots. A group
+    /// holding as many gets nothing more from a claim until some settle.
+    pub share: usize,
+    /// The groups holding rows now, with how many (waiting for a slot, in
+    /// flight or being settled).
+    pub held: Vec<(G, usize)>,
 }
 
 /// Bounds of a worker.
@@ -218,9 +249,13 @@ pub struct Worker<W: Work> {
     limits: WorkerLimits,
     metrics: QueueMetrics,
     handed_over: Option<Arc<dyn HeldCount>>,
-    /// Claimed rows waiting for a slot.
-    pending: VecDeque<Held<W::Row>>,
+    /// Rows waiting for a slot, served round-robin per group, and what
+    /// each group holds.
+    pending: Pending<W::Group, Held<W::Row>>,
     in_flight: usize,
+    /// Rows handed over, waiting for a slot or in flight: not counted
+    /// against the claims' room.
+    handed_over_active: usize,
     claiming: bool,
     /// Rows are probably due in Postgres: claim as soon as there is room.
     more_due: bool,
@@ -254,8 +289,9 @@ impl<W: Work> Worker<W> {
             limits,
             metrics: QueueMetrics::new(W::QUEUE),
             handed_over,
-            pending: VecDeque::new(),
+            pending: Pending::default(),
             in_flight: 0,
+            handed_over_active: 0,
             claiming: false,
             more_due: true,
             last_claim_short: false,
@@ -277,10 +313,7 @@ impl<W: Work> Worker<W> {
         if self.draining {
             return;
         }
-        let room = self
-            .limits
-            .concurrency_max
-            .saturating_sub(self.in_flight + self.pending.len());
+        let room = self.room();
         if self.claiming || room == 0 {
             self.more_due = true;
             return;
@@ -288,7 +321,11 @@ impl<W: Work> Worker<W> {
         self.claiming = true;
         self.more_due = false;
         let claimed_at = Instant::now();
-        let claim = self.work.claim(room);
+        let holding = Holding {
+            share: self.limits.concurrency_max,
+            held: self.pending.held(),
+        };
+        let claim = self.work.claim(room, holding);
         ctx.spawn(claim.into_actor(self).map(move |claimed, w, ctx| {
             w.claiming = false;
             match claimed {
@@ -300,11 +337,15 @@ impl<W: Work> Worker<W> {
                         w.more_due = true;
                     }
                     w.last_claim_short = rows.len() < room;
-                    w.pending.extend(rows.into_iter().map(|row| Held {
-                        row,
-                        claimed_at,
-                        handed_over: false,
-                    }));
+                    for row in rows {
+                        let group = W::group_of(&row);
+                        let held = Held {
+                            row,
+                            claimed_at,
+                            handed_over: false,
+                        };
+                        w.pending.push(group, held);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(queue = w.queue(), error = %e, "claim failed; retrying on the next wake")
@@ -312,6 +353,19 @@ impl<W: Work> Worker<W> {
             }
             w.pump(ctx);
         }));
+    }
+
+    /// Free slots for claimed rows: the slots less the claimed rows
+    /// waiting or in flight. Rows handed over in memory are bounded by
+    /// whoever hands them over; were they counted here, a burst of one
+    /// client's handed-over rows would leave no room to claim another
+    /// client's rows written to Postgres, which would wait for the burst.
+    fn room(&self) -> usize {
+        let active = self.in_flight + self.pending.len();
+        assert!(active >= self.handed_over_active);
+        self.limits
+            .concurrency_max
+            .saturating_sub(active - self.handed_over_active)
     }
 
     /// Starts work on pending rows while slots are free; claims more when
@@ -322,22 +376,29 @@ impl<W: Work> Worker<W> {
             self.check_drained();
             return;
         }
+        let mut late = Vec::new();
         while self.in_flight < self.limits.concurrency_max {
-            let Some(held) = self.pending.pop_front() else {
+            let Some(held) = self.pending.pop() else {
                 break;
             };
             if held.claimed_at.elapsed() >= self.limits.call_window {
-                // Too late to finish within the lease: leave the row to its
-                // lease, so that no two workers ever overlap on it.
-                self.metrics.claims_expired.increment(1);
-                tracing::warn!(
-                    queue = self.queue(),
-                    "claim too old to start; left to its lease"
-                );
-                self.forget(&held);
+                // Too late to finish within the lease, and nothing was sent
+                // for it: back to the queue at once, due for any worker
+                // (and counted as waiting again), instead of sitting out
+                // its lease and coming back ambiguous.
+                late.push(held);
                 continue;
             }
             self.start(held, ctx);
+        }
+        if !late.is_empty() {
+            self.metrics.claims_expired.increment(late.len() as u64);
+            tracing::warn!(
+                queue = self.queue(),
+                rows = late.len(),
+                "claims too old to start; given back to the queue"
+            );
+            self.give_back(late, ctx);
         }
         if self.more_due {
             self.claim(ctx);
@@ -352,6 +413,7 @@ impl<W: Work> Worker<W> {
     /// each answer would poll them all. A task is polled only when it woke.
     fn start(&mut self, held: Held<W::Row>, ctx: &mut Context<Self>) {
         self.in_flight += 1;
+        assert!(self.in_flight <= self.limits.concurrency_max);
         let work = self.work.work(held.row.clone());
         let me = ctx.address();
         actix::spawn(async move {
@@ -377,6 +439,7 @@ impl<W: Work> Worker<W> {
             (key, std::cmp::Reverse(claim))
         });
         let mut last = None;
+        let mut outdated = Vec::new();
         batch.retain(|(held, _)| {
             let (key, _) = W::claim_of(&held.row);
             let live = last != Some(key);
@@ -386,15 +449,20 @@ impl<W: Work> Worker<W> {
                     queue = W::QUEUE.as_str(),
                     "outcome of an outdated claim dropped"
                 );
-                self.forget(held);
+                outdated.push((W::group_of(&held.row), held.handed_over));
             }
             live
         });
+        for (group, handed_over) in outdated {
+            self.pending.left(group);
+            self.release_handed_over(usize::from(handed_over));
+        }
         self.settling = true;
         self.metrics.settle_batch_size.record(batch.len() as f64);
         // What is needed once the batch is settled, so that the rows
         // themselves move into the settlement uncopied.
         let handed_over = batch.iter().filter(|(h, _)| h.handed_over).count();
+        let groups: Vec<W::Group> = batch.iter().map(|(h, _)| W::group_of(&h.row)).collect();
         let next_due = batch.iter().filter_map(|(_, o)| W::due_again(o)).min();
         let rows: Arc<[(W::Row, W::Outcome)]> =
             batch.into_iter().map(|(h, o)| (h.row, o)).collect();
@@ -408,6 +476,9 @@ impl<W: Work> Worker<W> {
                 .record(started.elapsed().as_secs_f64());
             w.settling = false;
             w.release_handed_over(handed_over);
+            for group in groups {
+                w.pending.left(group);
+            }
             if let Some(due) = next_due {
                 w.wake_after(due, ctx);
             }
@@ -420,11 +491,13 @@ impl<W: Work> Worker<W> {
         }));
     }
 
-    /// A held row leaves this worker's memory.
-    fn forget(&self, held: &Held<W::Row>) {
+    /// A row that never started leaves this worker's memory.
+    fn forget(&mut self, held: &Held<W::Row>) {
         if held.handed_over {
+            self.handed_over_active -= 1;
             self.release_handed_over(1);
         }
+        self.pending.left(W::group_of(&held.row));
     }
 
     /// `n` handed-over rows left this worker's memory.
@@ -444,7 +517,13 @@ impl<W: Work> Worker<W> {
         if self.pending.is_empty() {
             return;
         }
-        let rows: Vec<Held<W::Row>> = self.pending.drain(..).collect();
+        let rows = self.pending.drain();
+        self.give_back(rows, ctx);
+    }
+
+    /// Gives rows claimed and never started back to the queue: due at
+    /// once, not charged to their budget, not ambiguous.
+    fn give_back(&mut self, rows: Vec<Held<W::Row>>, ctx: &mut Context<Self>) {
         for held in &rows {
             self.forget(held);
         }
@@ -491,9 +570,7 @@ impl<W: Work> Worker<W> {
     }
 
     fn report(&self, ctx: &mut Context<Self>) {
-        self.metrics
-            .held_rows
-            .set((self.pending.len() + self.in_flight + self.outcomes.len()) as f64);
+        self.metrics.held_rows.set(self.pending.held_total() as f64);
         ctx.spawn(self.work.report().into_actor(self));
     }
 }
@@ -595,6 +672,9 @@ impl<W: Work> Handler<Worked<W::Row, W::Outcome>> for Worker<W> {
     fn handle(&mut self, msg: Worked<W::Row, W::Outcome>, ctx: &mut Context<Self>) {
         assert!(self.in_flight > 0, "an outcome answers a row in flight");
         self.in_flight -= 1;
+        if msg.held.handed_over {
+            self.handed_over_active -= 1;
+        }
         self.outcomes.push((msg.held, msg.outcome));
         self.settle(ctx);
         self.pump(ctx);
@@ -610,11 +690,16 @@ impl<W: Work> Handler<Deliver<W::Row>> for Worker<W> {
             "rows are handed over only where counted"
         );
         self.metrics.handed_over.increment(msg.rows.len() as u64);
-        self.pending.extend(msg.rows.into_iter().map(|row| Held {
-            row,
-            claimed_at: msg.claimed_at,
-            handed_over: true,
-        }));
+        self.handed_over_active += msg.rows.len();
+        for row in msg.rows {
+            let group = W::group_of(&row);
+            let held = Held {
+                row,
+                claimed_at: msg.claimed_at,
+                handed_over: true,
+            };
+            self.pending.push(group, held);
+        }
         // While draining, pump gives them straight back.
         self.pump(ctx);
     }
@@ -656,6 +741,7 @@ mod tests {
         type Row = u32;
         type Key = u32;
         type Outcome = ();
+        type Group = ();
         const QUEUE: QueueName = QueueName::Polls;
         const CHANNEL: &'static str = "payrail_test_slow_claim";
         const CLAIM_AFTER_SETTLING: bool = false;
@@ -663,7 +749,12 @@ mod tests {
         fn claim_of(row: &u32) -> (u32, i32) {
             (*row, 1)
         }
-        fn claim(&self, _limit: usize) -> BoxFuture<'static, Result<Vec<u32>, StoreError>> {
+        fn group_of(_row: &u32) {}
+        fn claim(
+            &self,
+            _limit: usize,
+            _holding: Holding<()>,
+        ) -> BoxFuture<'static, Result<Vec<u32>, StoreError>> {
             Box::pin(async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 Ok(vec![7])

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 
 use super::{LagGate, Relay, RelayNudge};
-use crate::domain::Transfer;
+use crate::domain::{ClientId, Transfer};
 use crate::provider::Payout;
 use crate::queue::worker::{Deliver, HeldCount};
 use crate::shard::Outlet;
@@ -59,7 +59,7 @@ impl HeldCount for HandoffCount {
 
 /// The shards' [`Outlet`]: rows a flush claimed go to this process's relay
 /// (when it has one and room), rows written unclaimed wake every process's
-/// relays, and new keys are refused while settlement lags.
+/// relays, and a client's new keys are refused while its settlement lags.
 pub struct RelayOutlet {
     /// `None` when this process has no relay.
     pub handoff: Option<Handoff>,
@@ -92,8 +92,8 @@ impl Outlet for RelayOutlet {
         self.nudge.nudge();
     }
 
-    fn lagging(&self) -> bool {
-        self.lag.is_lagging()
+    fn lagging(&self, client: ClientId) -> bool {
+        self.lag.is_lagging(client)
     }
 }
 

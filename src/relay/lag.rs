@@ -1,7 +1,8 @@
-//! Bounded settlement lag. Creates must not outrun settlement without
-//! limit: while outbox rows have waited for a relay longer than
-//! `--outbox-lag-max`, `POST /transfers` of a key not answered from memory
-//! gets `503` with `Retry-After` (`settlement-lagging`), so that under
+//! Bounded settlement lag, per client. Creates must not outrun settlement
+//! without limit: while a client's outbox rows have waited for a relay
+//! longer than `--outbox-lag-max`, that client's `POST /transfers` of a key
+//! not answered from memory gets `503` with `Retry-After`
+//! (`settlement-lagging`), so that under
 //! sustained overload the time from creation to a final status stays
 //! bounded and clients get an honest retryable answer instead of a queue
 //! that grows for ever. The same holds while more than
@@ -10,25 +11,45 @@
 //! times the settlement rate is about k times the bound; a bounded count
 //! bounds that wait by count / settlement rate.
 //!
+//! Per client, because a client is refused only for its own backlog: one
+//! tenant sending faster than a slow provider settles fills its own queue,
+//! and the relay's fair claims keep serving the others' rows meanwhile, so
+//! their creates go on being accepted (the tests in
+//! tests/isolation.rs measure it).
+//!
 //! What is measured is the rows that are due and that no relay holds (not
 //! leased), and the age of the oldest: rows waiting for a relay beyond what
 //! the relays have in hand. Rows in a retry's backoff are not due, so a provider
 //! outage alone does not refuse creates; rows leased by a process that died
 //! are not counted while their lease runs, and are taken over as soon as it
-//! ends. One query on the outbox's due index per `--outbox-lag-poll`, by
-//! every process that runs a relay; its answer holds for the whole process.
+//! ends. One query per `--outbox-lag-poll`, by every process that runs a
+//! relay, on the outbox's per-client index (one descent per client with
+//! open rows, then at most `--outbox-backlog-max` rows of each); its answer
+//! holds for the whole process.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use uuid::Uuid;
+
+use crate::domain::ClientId;
 use crate::store::outbox::Waiting;
 use crate::store::OutboxStore;
 
-/// Whether this process refuses new creates because settlement lags.
-/// Cloned into the shard router; written only by [`watch`].
+/// Which clients this process refuses new creates of because their
+/// settlement lags. Cloned into the shard router; written only by
+/// [`watch`].
 #[derive(Debug, Clone, Default)]
-pub struct LagGate(Arc<AtomicBool>);
+pub struct LagGate(Arc<Lagging>);
+
+#[derive(Debug, Default)]
+struct Lagging {
+    /// Some client lags: the one read on the create path while none does.
+    any: AtomicBool,
+    clients: Mutex<HashSet<Uuid>>,
+}
 
 impl LagGate {
     /// A gate that is open: creates are accepted (also what a process
@@ -37,13 +58,20 @@ impl LagGate {
         Self::default()
     }
 
-    /// True while creates are refused.
-    pub fn is_lagging(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+    /// True while `client`'s creates are refused.
+    pub fn is_lagging(&self, client: ClientId) -> bool {
+        self.0.any.load(Ordering::Acquire) && crate::sync::lock(&self.0.clients).contains(&client.0)
     }
 
-    fn set(&self, lagging: bool) {
-        self.0.store(lagging, Ordering::Relaxed);
+    /// The clients refused now.
+    fn lagging(&self) -> HashSet<Uuid> {
+        crate::sync::lock(&self.0.clients).clone()
+    }
+
+    fn set(&self, lagging: HashSet<Uuid>) {
+        let any = !lagging.is_empty();
+        *crate::sync::lock(&self.0.clients) = lagging;
+        self.0.any.store(any, Ordering::Release);
     }
 }
 
@@ -82,9 +110,9 @@ fn lagging_after(lagging: bool, now: Waiting, limits: &LagLimits) -> bool {
     }
 }
 
-/// Measures the lag every `limits.poll` and opens or closes `gate`. Runs
-/// until its thread stops. A failed measurement keeps the last answer:
-/// Postgres failing is answered by the shards' own 503s.
+/// Measures every client's lag every `limits.poll` and opens or closes
+/// `gate` for each. Runs until its thread stops. A failed measurement keeps
+/// the last answer: Postgres failing is answered by the shards' own 503s.
 pub async fn watch(store: OutboxStore, limits: LagLimits, gate: LagGate) {
     assert!(
         !limits.poll.is_zero() && limits.poll < limits.max,
@@ -98,26 +126,44 @@ pub async fn watch(store: OutboxStore, limits: LagLimits, gate: LagGate) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = match store.waiting(limits.rows_max).await {
+        let by_client = match store.waiting_by_client(limits.rows_max).await {
             Ok(now) => now,
             Err(e) => {
                 tracing::debug!(error = %e, "could not measure the outbox's lag");
                 continue;
             }
         };
-        age_gauge.set(now.oldest.as_secs_f64());
-        rows_gauge.set(now.rows as f64);
-        let was = gate.is_lagging();
-        let lagging = lagging_after(was, now, &limits);
-        if lagging != was {
-            if lagging {
-                tracing::warn!(oldest = ?now.oldest, rows = now.rows, "settlement lags: new transfers are refused with 503 until it catches up");
-            } else {
-                tracing::info!(oldest = ?now.oldest, rows = now.rows, "settlement caught up: new transfers are accepted again");
-            }
-            gate.set(lagging);
-            lagging_gauge.set(if lagging { 1.0 } else { 0.0 });
+        let oldest = by_client.iter().map(|(_, w)| w.oldest).max();
+        age_gauge.set(oldest.unwrap_or_default().as_secs_f64());
+        rows_gauge.set(by_client.iter().map(|(_, w)| w.rows).sum::<i64>() as f64);
+        let was = gate.lagging();
+        // A client with no waiting row is not measured: it does not lag.
+        let lagging: HashSet<Uuid> = by_client
+            .iter()
+            .filter(|(client, now)| lagging_after(was.contains(client), *now, &limits))
+            .map(|(client, _)| *client)
+            .collect();
+        if lagging == was {
+            continue;
         }
+        for (client, now) in &by_client {
+            match (was.contains(client), lagging.contains(client)) {
+                (false, true) => {
+                    tracing::warn!(%client, oldest = ?now.oldest, rows = now.rows, "settlement lags for this client: its new transfers are refused with 503 until it catches up")
+                }
+                (true, false) => {
+                    tracing::info!(%client, oldest = ?now.oldest, rows = now.rows, "settlement caught up for this client: its new transfers are accepted again")
+                }
+                _ => {}
+            }
+        }
+        for client in was.difference(&lagging) {
+            if !by_client.iter().any(|(c, _)| c == client) {
+                tracing::info!(%client, "settlement caught up for this client: its new transfers are accepted again");
+            }
+        }
+        lagging_gauge.set(lagging.len() as f64);
+        gate.set(lagging);
     }
 }
 
@@ -147,11 +193,15 @@ mod tests {
     }
 
     #[test]
-    fn a_new_gate_is_open_and_follows_its_setting() {
+    fn a_new_gate_is_open_and_follows_its_setting_per_client() {
         let gate = LagGate::open();
         let seen_by_router = gate.clone();
-        assert!(!seen_by_router.is_lagging());
-        gate.set(true);
-        assert!(seen_by_router.is_lagging());
+        let (a, b) = (ClientId(Uuid::now_v7()), ClientId(Uuid::now_v7()));
+        assert!(!seen_by_router.is_lagging(a));
+        gate.set(HashSet::from([a.0]));
+        assert!(seen_by_router.is_lagging(a));
+        assert!(!seen_by_router.is_lagging(b), "only the client that lags");
+        gate.set(HashSet::new());
+        assert!(!seen_by_router.is_lagging(a));
     }
 }

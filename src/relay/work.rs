@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::RelayLimits;
 use crate::domain::{ProviderReport, ProviderText};
 use crate::provider::{Provider, ProviderError, ProviderOutcome};
-use crate::queue::worker::{BacklogGauges, QueueName, Work};
+use crate::queue::worker::{BacklogGauges, Holding, QueueName, Work};
 use crate::queue::RetryPolicy;
 use crate::store::outbox::{ClaimedRow, Settlement, OUTBOX_CHANNEL};
 use crate::store::{OutboxStore, StoreError};
@@ -94,6 +94,7 @@ impl Work for OutboxWork {
     type Row = ClaimedRow;
     type Key = Uuid;
     type Outcome = Settlement;
+    type Group = Uuid;
 
     const QUEUE: QueueName = QueueName::Outbox;
     const CHANNEL: &'static str = OUTBOX_CHANNEL;
@@ -105,10 +106,25 @@ impl Work for OutboxWork {
         (row.payout.transfer_id, row.attempt)
     }
 
-    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedRow>, StoreError>> {
+    /// Rows are served fairly by client: one client's burst takes its
+    /// turns, not everyone's.
+    fn group_of(row: &ClaimedRow) -> Uuid {
+        row.payout.account_owner
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        holding: Holding<Uuid>,
+    ) -> BoxFuture<'static, Result<Vec<ClaimedRow>, StoreError>> {
         let store = self.store.clone();
         let lease = self.limits.lease;
-        async move { store.claim(limit as i64, lease).await }.boxed()
+        async move {
+            store
+                .claim(limit as i64, lease, holding.share as i64, &holding.held)
+                .await
+        }
+        .boxed()
     }
 
     fn work(&self, row: ClaimedRow) -> BoxFuture<'static, Settlement> {

@@ -72,7 +72,8 @@ pub enum Verdict {
     Unavailable,
     /// The shard's queue is full; the attempt was shed.
     Overloaded,
-    /// Settlement lags past `--outbox-lag-max`; no new key is taken.
+    /// The client's settlement lags past `--outbox-lag-max`; no new key of
+    /// it is taken.
     Lagging,
 }
 
@@ -160,12 +161,12 @@ impl ShardRouter {
     }
 
     /// Hands an attempt to its shard and waits for the verdict, at most the
-    /// coalesce timeout. While settlement lags it answers
+    /// coalesce timeout. While the client's settlement lags it answers
     /// [`Verdict::Lagging`] at once: the attempt may be a new key, and an
     /// attempt whose answer is no longer in memory is refused alike (its
     /// retry after the lag gets it).
     pub async fn submit(&self, write: KeyWrite, body: BodyDigest) -> Verdict {
-        if self.outlet.lagging() {
+        if self.outlet.lagging(write.transfer.client_id) {
             self.lag_refusals.increment(1);
             return Verdict::Lagging;
         }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::domain::Transfer;
+use crate::domain::{ClientId, Transfer};
 
 /// What a shard asks of settlement.
 pub trait Outlet: Send + Sync + 'static {
@@ -20,6 +20,6 @@ pub trait Outlet: Send + Sync + 'static {
     fn deliver(&self, transfers: Vec<Transfer>, claimed_at: Instant);
     /// Rows were committed unclaimed: some process's relay should look.
     fn wake(&self);
-    /// Settlement lags: no new key is taken.
-    fn lagging(&self) -> bool;
+    /// `client`'s settlement lags: no new key of it is taken.
+    fn lagging(&self, client: ClientId) -> bool;
 }

@@ -131,10 +131,10 @@ WITH input AS (
     SELECT i.transfer_id, i.client_id, i.key, 'pending', i.amount, i.currency, i.source_account,
            i.destination_account, i.description, i.metadata, i.created_at, i.created_at
     FROM input i JOIN won USING (transfer_id)
-    RETURNING id
+    RETURNING id, client_id
 ), new_outbox AS (
-    INSERT INTO outbox (transfer_id, attempts, locked_until)
-    SELECT id, CASE WHEN $14 THEN 1 ELSE 0 END,
+    INSERT INTO outbox (transfer_id, client_id, attempts, locked_until)
+    SELECT id, client_id, CASE WHEN $14 THEN 1 ELSE 0 END,
            CASE WHEN $14 THEN now() + make_interval(secs => $15) END
     FROM new_transfers
     RETURNING transfer_id

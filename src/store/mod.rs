@@ -181,8 +181,13 @@ impl Store {
         // locks; and a transaction whose process froze between two statements
         // (SIGSTOP, a VM pause) is ended by Postgres, which frees its row locks
         // for everyone else.
+        //
+        // No JIT: every statement here reads a few rows, but the planner
+        // estimates a LATERAL's parameterized LIMIT at a tenth of the table,
+        // and past `jit_above_cost` it compiled the fair claim's pick for
+        // 100-300 ms of a pick that runs in under 1 ms (tests/pick_cost.rs).
         pg.options(format!(
-            "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            "-c statement_timeout={} -c idle_in_transaction_session_timeout={} -c jit=off",
             cfg.db_timeout.as_millis(),
             cfg.db_timeout.as_millis()
         ));

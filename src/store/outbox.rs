@@ -107,7 +107,8 @@ pub struct OutboxEntry {
     pub ambiguous: bool,
 }
 
-/// Outbox rows waiting for a relay (see [`OutboxStore::waiting`]).
+/// One client's outbox rows waiting for a relay (see
+/// [`OutboxStore::waiting_by_client`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Waiting {
     /// How many, up to the count asked for plus one.
@@ -138,6 +139,7 @@ pub const OUTBOX: QueueTable = QueueTable {
     on_claim: ", ambiguous = q.ambiguous OR due.reclaimed",
     claim_returns: ", q.ambiguous",
     fair_by: &[],
+    group_by: Some(("client_id", "uuid")),
     payload: "SELECT c.transfer_id, c.attempts, c.budget_used, c.reclaimed, c.leased, c.ambiguous,
        t.client_id, t.amount, t.currency, t.source_account, t.destination_account
 FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
@@ -148,6 +150,7 @@ FROM claimed c JOIN transfers t ON t.id = c.transfer_id",
     ),
 };
 
+static PICK: LazyLock<String> = LazyLock::new(|| OUTBOX.group_pick_sql());
 static CLAIM: LazyLock<String> = LazyLock::new(|| OUTBOX.claim_sql());
 static COMPLETE: LazyLock<String> = LazyLock::new(|| OUTBOX.complete_sql());
 static RESCHEDULE: LazyLock<String> = LazyLock::new(|| OUTBOX.reschedule_sql());
@@ -159,25 +162,39 @@ static RELEASE: LazyLock<String> = LazyLock::new(|| OUTBOX.release_sql());
 /// relays (on commit, in a transaction). The claim counter, the fencing
 /// token, is not lowered: a new budget starts from where it stands.
 /// Returns the transfers whose rows are due again.
+///
+/// The rows fall due `rows_per_second` at a time, the first at once: a bulk
+/// retry of thousands of rows parked by an outage re-enters at a bounded
+/// pace instead of as one burst that would hold its client's relay slots
+/// and waiting count all at once.
 pub(super) async fn requeue_dead(
     client: &impl GenericClient,
     transfer_id: Option<Uuid>,
     error: Option<&str>,
     rows_max: i64,
+    rows_per_second: u32,
 ) -> Result<Vec<Uuid>, StoreError> {
+    assert!(rows_per_second > 0, "validated in config");
+    static REQUEUE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH picked AS (
+    SELECT d.transfer_id, row_number() OVER (ORDER BY d.dead_at) AS nth FROM (
+        SELECT transfer_id, dead_at FROM outbox
+        WHERE dead_at IS NOT NULL
+          AND ($1::uuid IS NULL OR transfer_id = $1)
+          AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
+        ORDER BY dead_at LIMIT $3 FOR UPDATE) d
+)
+UPDATE outbox q SET {}, locked_until = NULL
+FROM picked p WHERE q.transfer_id = p.transfer_id
+RETURNING q.transfer_id",
+            OUTBOX.requeue_set("now() + make_interval(secs => (p.nth - 1) / $4::float8)")
+        )
+    });
     let requeued: Vec<Uuid> = client
         .query(
-            &format!(
-                "UPDATE outbox q SET {}, locked_until = NULL WHERE transfer_id IN (
-                    SELECT transfer_id FROM outbox
-                    WHERE dead_at IS NOT NULL
-                      AND ($1::uuid IS NULL OR transfer_id = $1)
-                      AND ($2::text IS NULL OR strpos(last_error, $2) > 0)
-                    ORDER BY dead_at LIMIT $3 FOR UPDATE)
-                RETURNING transfer_id",
-                OUTBOX.requeue_set()
-            ),
-            &[&transfer_id, &error, &rows_max],
+            REQUEUE.as_str(),
+            &[&transfer_id, &error, &rows_max, &f64::from(rows_per_second)],
         )
         .await?
         .iter()
@@ -191,6 +208,28 @@ pub(super) async fn requeue_dead(
         client.execute(NOTIFY_OUTBOX, &[&OUTBOX_CHANNEL]).await?;
     }
     Ok(requeued)
+}
+
+/// The lag gate's measure ([`OutboxStore::waiting_by_client`]): per client
+/// with open rows, its due unleased rows counted up to `$1`, and the age in
+/// seconds of the oldest. Public for the cost test, which explains it.
+pub fn waiting_by_client_sql() -> &'static str {
+    static WAITING: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{groups}
+SELECT grp.g, w.n, COALESCE(EXTRACT(EPOCH FROM now() - w.oldest)::float8, 0)
+FROM grp CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(available_at) AS oldest FROM (
+        SELECT q.available_at FROM outbox q
+        WHERE q.client_id = grp.g AND q.dead_at IS NULL AND q.available_at <= now()
+          AND q.locked_until IS NULL
+        ORDER BY q.available_at LIMIT $1) s
+) w
+WHERE grp.g IS NOT NULL AND w.n > 0",
+            groups = OUTBOX.groups_sql()
+        )
+    });
+    WAITING.as_str()
 }
 
 /// Records the calls of a batch and how they ended, for the console's
@@ -216,6 +255,7 @@ impl OutboxStore {
     /// the thread that opened it.
     pub async fn warm(&self) -> Result<usize, StoreError> {
         let mut statements = vec![
+            PICK.as_str(),
             CLAIM.as_str(),
             COMPLETE.as_str(),
             RESCHEDULE.as_str(),
@@ -225,11 +265,20 @@ impl OutboxStore {
         self.0.warm(usize::MAX, &statements).await
     }
 
-    /// Claims up to `limit` due rows for `lease`.
-    pub async fn claim(&self, limit: i64, lease: Duration) -> Result<Vec<ClaimedRow>, StoreError> {
+    /// Claims up to `limit` due rows for `lease`, fairly by client: each
+    /// client's oldest rows in turn, each client at most `share` rows less
+    /// what `held` says the claiming relay holds of it.
+    pub async fn claim(
+        &self,
+        limit: i64,
+        lease: Duration,
+        share: i64,
+        held: &[(Uuid, usize)],
+    ) -> Result<Vec<ClaimedRow>, StoreError> {
         self.0
             .with_client(|client| async move {
-                let rows = queue::claim(&client, &CLAIM, limit, lease).await?;
+                let rows = queue::claim_by_group(&client, &PICK, &CLAIM, limit, lease, share, held)
+                    .await?;
                 Ok(rows
                     .iter()
                     .map(|r| {
@@ -371,11 +420,22 @@ impl OutboxStore {
 
     /// Puts a dead row back in line with a fresh attempt budget; false when
     /// no dead row has this id. The claim counter (the fencing token) is not
-    /// lowered: a new budget starts from where it stands.
-    pub async fn retry(&self, transfer_id: Uuid) -> Result<bool, StoreError> {
+    /// lowered: a new budget starts from where it stands. Audited in the
+    /// same transaction as done by `actor`, a command line (`cli:` and who
+    /// ran it).
+    pub async fn retry(&self, transfer_id: Uuid, actor: &str) -> Result<bool, StoreError> {
+        let actor = actor.to_owned();
         self.0
-            .with_client(|client| async move {
-                Ok(requeue_dead(&client, Some(transfer_id), None, 1).await? == [transfer_id])
+            .with_client(|mut client| async move {
+                let tx = client.transaction().await?;
+                let retried =
+                    requeue_dead(&tx, Some(transfer_id), None, 1, 1).await? == [transfer_id];
+                if retried {
+                    let target = transfer_id.to_string();
+                    super::console::audit_as(&tx, None, &actor, "outbox.retry", &target, 1).await?;
+                }
+                tx.commit().await?;
+                Ok(retried)
             })
             .await
     }
@@ -394,41 +454,47 @@ impl OutboxStore {
             .await
     }
 
-    /// Rows that are due and held by no relay (not leased), counted up to
-    /// `count_max + 1`, and how long the oldest of them has waited: the
-    /// settlement lag of `relay::lag`. Walks the due index from its oldest
-    /// entry past the rows relays hold (at most their queues) and stops
-    /// after `count_max + 1` waiting rows, so it stays cheap at any backlog.
-    pub async fn waiting(&self, count_max: i64) -> Result<Waiting, StoreError> {
+    /// Per client with any, the rows that are due and held by no relay (not
+    /// leased), counted up to `count_max + 1`, and how long the oldest of
+    /// them has waited: the settlement lag of `relay::lag`. Walks the
+    /// per-client index: one descent per client with open rows, then from
+    /// its oldest entry past the rows relays hold (at most their queues),
+    /// stopping after `count_max + 1` waiting rows, so it stays cheap at
+    /// any backlog.
+    pub async fn waiting_by_client(
+        &self,
+        count_max: i64,
+    ) -> Result<Vec<(Uuid, Waiting)>, StoreError> {
         self.0
             .with_client(|client| async move {
-                let row = client
-                    .query_one(
-                        "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(available_at))::float8, 0) \
-                         FROM (SELECT available_at FROM outbox \
-                               WHERE dead_at IS NULL AND available_at <= now() AND locked_until IS NULL \
-                               ORDER BY available_at LIMIT $1) w",
-                        &[&(count_max + 1)],
-                    )
+                let rows = client
+                    .query(waiting_by_client_sql(), &[&(count_max + 1)])
                     .await?;
-                let secs: f64 = row.get(1);
-                Ok(Waiting {
-                    rows: row.get(0),
-                    oldest: Duration::from_secs_f64(secs.max(0.0)),
-                })
+                Ok(rows
+                    .iter()
+                    .map(|row| {
+                        let secs: f64 = row.get(2);
+                        let waiting = Waiting {
+                            rows: row.get(1),
+                            oldest: Duration::from_secs_f64(secs.max(0.0)),
+                        };
+                        assert!(waiting.rows > 0 && waiting.rows <= count_max + 1);
+                        (row.get(0), waiting)
+                    })
+                    .collect())
             })
             .await
     }
 
     /// Backlog and dead rows, each counted up to [`super::FIGURE_ROWS_MAX`],
-    /// and the age of the oldest due row (one index entry).
+    /// and the age of the oldest due row (one index entry per client).
     pub async fn stats(&self) -> Result<OutboxStats, StoreError> {
         static STATS: LazyLock<String> = LazyLock::new(|| {
             format!(
-                "SELECT {}, {}, COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(available_at))::float8 \
-                 FROM outbox WHERE dead_at IS NULL AND available_at <= now()), 0)",
+                "SELECT {}, {}, {}",
                 super::capped_count("FROM outbox WHERE dead_at IS NULL", "$1"),
                 super::capped_count("FROM outbox WHERE dead_at IS NOT NULL", "$1"),
+                OUTBOX.oldest_due_age_sql(),
             )
         });
         self.0

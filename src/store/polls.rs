@@ -30,6 +30,7 @@ pub const POLLS: QueueTable = QueueTable {
     on_claim: "",
     claim_returns: ", q.processing_since",
     fair_by: &[],
+    group_by: None,
     payload:
         "SELECT c.transfer_id, c.attempts, c.budget_used, c.reclaimed, c.leased, c.processing_since
 FROM claimed c",

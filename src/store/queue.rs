@@ -18,9 +18,17 @@
 //!   recorded an outcome: it is *reclaimed*. The claim says so, and a queue
 //!   may record it (the outbox marks such a row ambiguous: the vanished
 //!   holder may have called the provider).
-//! - A queue may claim fairly by a column (deliveries by endpoint): at most
-//!   `fair_max` rows of one value are held at once, so one slow receiver
-//!   takes its own slots, never everybody's.
+//! - A queue may claim fairly by columns (deliveries by endpoint and by
+//!   client): at most a share of rows of one value are held at once over
+//!   every process, so one slow receiver takes its own slots, never
+//!   everybody's. Or per group of the claiming worker (the outbox by
+//!   client): each group handed at most what the worker says it may still
+//!   hold.
+//! - Either way a claim picks per group, on the index `(group, due)`, the
+//!   groups' oldest rows first in turn. It costs what it hands out (one
+//!   index descent per group with open rows, then the rows it hands out
+//!   and the ones it skips as leased), never what waits: a client with
+//!   millions of due rows slows no one else's claim (tests/pick_cost.rs).
 
 use std::time::Duration;
 
@@ -43,9 +51,16 @@ pub struct QueueTable {
     pub on_claim: &'static str,
     /// More columns of `q` the claim returns (", q.col ..."), or "".
     pub claim_returns: &'static str,
-    /// Claim fairly by these columns (see the module's notes): a claim
-    /// passes one share per column.
+    /// Claim fairly by these columns, counting what every process holds
+    /// (see the module's notes): a claim passes one share per column. The
+    /// first is the `group_by` column.
     pub fair_by: &'static [&'static str],
+    /// The column (name, SQL type) a pick walks group by group, on an
+    /// index on `(column, due)` with the `open` predicate. With no
+    /// `fair_by`, what each group may still take is the claiming worker's
+    /// own count ([`QueueTable::group_pick_sql`]); with it, what every
+    /// process holds ([`QueueTable::pick_sql`]).
+    pub group_by: Option<(&'static str, &'static str)>,
     /// The statement that returns what a worker needs, reading the CTE
     /// `claimed` (the key columns, `attempts`, `budget_used`, `reclaimed`,
     /// `leased`).
@@ -81,6 +96,12 @@ impl QueueTable {
         )
     }
 
+    /// Whether a claim takes the rows a pick chose beforehand
+    /// ([`pick_sql`](Self::pick_sql) or [`group_pick_sql`](Self::group_pick_sql)).
+    fn picks(&self) -> bool {
+        !self.fair_by.is_empty() || self.group_by.is_some()
+    }
+
     /// `$1` limit, `$2` lease in seconds; a fair queue's claim takes, as
     /// `$3`, the `ctid`s its [`pick_sql`](Self::pick_sql) chose. A fair
     /// claim locks, then updates, its rows by `ctid`: locked in this
@@ -88,7 +109,7 @@ impl QueueTable {
     pub fn claim_sql(&self) -> String {
         let t = self.table;
         let due_col = self.due;
-        let due = if self.fair_by.is_empty() {
+        let due = if !self.picks() {
             format!(
                 "due AS (
     SELECT {qkeys}, q.locked_until IS NOT NULL AS reclaimed FROM {t} q
@@ -132,7 +153,7 @@ impl QueueTable {
             claim_returns = self.claim_returns,
             // A fair claim's rows come by ctid (see above); a plain claim's
             // by their key, a primary key lookup per row.
-            dmatch = if self.fair_by.is_empty() {
+            dmatch = if !self.picks() {
                 self.key_match("q", "due")
             } else {
                 "q.ctid = due.row_ctid AND due.claimable".to_owned()
@@ -143,19 +164,28 @@ impl QueueTable {
     }
 
     /// A fair queue's pick, read only: the `ctid`s (as text) of up to `$1`
-    /// rows to claim, oldest due first, with each fair column `i`'s share
-    /// in parameter `2 + i`. What each group holds now is read once; the
-    /// rows of groups that hold their share are skipped by the scan (a
-    /// filter on the due index's ordered scan, which stops at its limit);
-    /// among the oldest due others, each group gets at most what is left
-    /// of its share. [`claim_sql`](Self::claim_sql) then locks and leases
-    /// what is still claimable of them. Two statements, because in one the
-    /// planner, misled by a queue table's young statistics, turned the
-    /// lock by `ctid` into a walk of a whole index, and a claim's time
-    /// bounds a fair group's throughput (the plans and what mending them
-    /// did are in docs/BENCHMARKS.md).
+    /// rows to claim, with each fair column `i`'s share in parameter
+    /// `2 + i`. What each group holds now is read once (from the small
+    /// partial indexes of held rows). The rows are then picked per value of
+    /// the first fair column (the queue's `group_by`: deliveries per
+    /// endpoint), walking its `(group, due)` index: one descent per group
+    /// with open rows, then at most what is left of that group's share,
+    /// oldest first; a group holding its share reads no row. Among those,
+    /// each value of every other fair column gets at most what is left of
+    /// its share; rows are handed out in the order of what their groups
+    /// would then hold, fewest first. So a claim reads what it may hand out, never a backlog: a
+    /// hanging receiver with millions of due deliveries costs one descent.
+    /// [`claim_sql`](Self::claim_sql) then locks and leases what is still
+    /// claimable of them. Two statements, because in one the planner,
+    /// misled by a queue table's young statistics, turned the lock by
+    /// `ctid` into a walk of a whole index (docs/BENCHMARKS.md).
     pub fn pick_sql(&self) -> String {
         assert!(!self.fair_by.is_empty(), "only a fair queue picks");
+        let (walked, _) = self.group_by.expect("a fair queue is picked per group");
+        assert_eq!(
+            walked, self.fair_by[0],
+            "groups are walked by the first fair column"
+        );
         let t = self.table;
         let due_col = self.due;
         let share = |i: usize| format!("${}::int8", i + 2);
@@ -175,53 +205,127 @@ impl QueueTable {
                 format!(", busy_{i} AS (SELECT {g} AS grp, count(*) AS n FROM held GROUP BY {g})")
             })
             .collect();
-        let groups: String = self
+        let columns: String = self
             .fair_by
             .iter()
             .enumerate()
             .map(|(i, g)| format!(", q.{g} AS grp_{i}"))
             .collect();
-        let not_full: String = self
-            .fair_by
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                // As a CASE, which the planner estimates as half of the
-                // rows: `q.{g} <> ALL (...)` it estimated from the column's
-                // statistics, and with one busy endpoint (one distinct
-                // value) as no row at all, and then sorted every due row
-                // instead of walking the due index to the limit.
-                format!(
-                    "\n      AND CASE WHEN q.{g} = ANY (ARRAY(SELECT grp FROM busy_{i} WHERE n >= {})) \
-                     THEN false ELSE true END",
-                    share(i)
-                )
-            })
-            .collect();
-        let nths: String = (0..self.fair_by.len())
+        let nths: String = (1..self.fair_by.len())
             .map(|i| {
                 format!(
                     ",\n           row_number() OVER (PARTITION BY c.grp_{i} ORDER BY c.due_at) + COALESCE(b_{i}.n, 0) AS nth_{i}"
                 )
             })
             .collect();
-        let joins: String = (0..self.fair_by.len())
+        let joins: String = (1..self.fair_by.len())
             .map(|i| format!("\n    LEFT JOIN busy_{i} b_{i} ON b_{i}.grp = c.grp_{i}"))
             .collect();
-        let within: String = (0..self.fair_by.len())
+        let within: String = (1..self.fair_by.len())
             .map(|i| format!("f.nth_{i} <= {} AND ", share(i)))
             .collect();
+        // The group that would hold the fewest comes first, by the last
+        // fair column first (deliveries: the client): when every slot is
+        // held, a freed one goes to a client holding none before another
+        // row of a client holding many, so a tenant whose receivers are
+        // healthy waits for one slot, never for the others' backlogs.
+        let order: String = (0..self.fair_by.len())
+            .rev()
+            .map(|i| format!("f.nth_{i}, "))
+            .collect();
         format!(
-            "WITH {held}{busy}, cand AS (
-    SELECT q.ctid AS row_ctid{groups}, q.{due_col} AS due_at FROM {t} q
-    WHERE {claimable}{not_full}
-    ORDER BY q.{due_col} LIMIT $1::int8 * 4
+            "{groups}, {held}{busy}, cand AS (
+    SELECT p.* FROM grp LEFT JOIN busy_0 b_0 ON b_0.grp = grp.g
+    CROSS JOIN LATERAL (
+        SELECT q.ctid AS row_ctid{columns}, q.{due_col} AS due_at,
+               row_number() OVER (ORDER BY q.{due_col}) + COALESCE(b_0.n, 0) AS nth_0
+        FROM {t} q
+        WHERE q.{walked} = grp.g AND {claimable}
+        ORDER BY q.{due_col} LIMIT GREATEST(LEAST({share_0} - COALESCE(b_0.n, 0), $1::int8), 0)
+    ) p
+    WHERE grp.g IS NOT NULL
 ), fair AS (
     SELECT c.*{nths}
     FROM cand c{joins}
 )
-SELECT f.row_ctid::text FROM fair f WHERE {within}true ORDER BY f.due_at LIMIT $1",
+SELECT f.row_ctid::text FROM fair f WHERE {within}true ORDER BY {order}f.due_at LIMIT $1",
+            groups = self.groups_sql(),
+            share_0 = share(0),
             claimable = self.claimable(),
+        )
+    }
+
+    /// A per-group pick, read only: the `ctid`s (as text) of up to `$1`
+    /// rows to claim. `$2` is what one group may hold; `$3` and `$4` the
+    /// groups the claiming worker holds rows of and how many. The groups
+    /// with open rows are found by walking the `(group, due)` index one
+    /// descent per group (a loose index scan: Postgres 15 has no skip
+    /// scan of its own); each gets at most what is left of its share, its
+    /// oldest claimable rows first; rows are handed out in the order of
+    /// what their groups would then hold, fewest first (a client holding
+    /// nothing gets its first row before another row of a busy one). A
+    /// group with no room reads no row.
+    pub fn group_pick_sql(&self) -> String {
+        assert!(
+            self.fair_by.is_empty(),
+            "a fair queue counts what every process holds"
+        );
+        let (g, ty) = self.group_by.expect("only a grouped queue picks per group");
+        let t = self.table;
+        format!(
+            "{groups}, room AS (
+    SELECT grp.g, COALESCE(h.n, 0) AS held, GREATEST($2::int8 - COALESCE(h.n, 0), 0) AS n
+    FROM grp LEFT JOIN UNNEST($3::{ty}[], $4::int8[]) AS h(g, n) ON h.g = grp.g
+    WHERE grp.g IS NOT NULL
+)
+SELECT p.row_ctid::text FROM room CROSS JOIN LATERAL (
+    SELECT q.ctid AS row_ctid, q.{due} AS due_at,
+           row_number() OVER (ORDER BY q.{due}) + room.held AS nth
+    FROM {t} q
+    WHERE q.{g} = room.g AND {claimable}
+    ORDER BY q.{due} LIMIT LEAST(room.n, $1::int8)
+) p
+ORDER BY p.nth, p.due_at LIMIT $1",
+            groups = self.groups_sql(),
+            due = self.due,
+            claimable = self.claimable(),
+        )
+    }
+
+    /// `WITH RECURSIVE grp(g) AS (...)`: the values of a grouped queue's
+    /// group column that have open rows (and a last `NULL`), one descent of
+    /// the `(group, due)` index each, however many rows a group has.
+    pub fn groups_sql(&self) -> String {
+        let (g, _) = self.group_by.expect("only a grouped queue has groups");
+        format!(
+            "WITH RECURSIVE grp(g) AS (
+    (SELECT q.{g} FROM {t} q WHERE {open} ORDER BY q.{g} LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.{g} FROM {t} q WHERE {open} AND q.{g} > grp.g ORDER BY q.{g} LIMIT 1)
+    FROM grp WHERE grp.g IS NOT NULL
+)",
+            t = self.table,
+            open = self.open,
+        )
+    }
+
+    /// The age in seconds of the oldest due open row (0 when none is due),
+    /// as a scalar subquery: the oldest due row of each group, one descent
+    /// of the `(group, due)` index per group. A grouped queue keeps no
+    /// index on its due column alone (see migration V10).
+    pub fn oldest_due_age_sql(&self) -> String {
+        let (g, _) = self.group_by.expect("only a grouped queue has groups");
+        format!(
+            "COALESCE(({groups}
+SELECT EXTRACT(EPOCH FROM now() - min(o.due))::float8 FROM grp CROSS JOIN LATERAL (
+    SELECT q.{due} AS due FROM {t} q
+    WHERE q.{g} = grp.g AND {open} AND q.{due} <= now()
+    ORDER BY q.{due} LIMIT 1
+) o WHERE grp.g IS NOT NULL), 0)",
+            groups = self.groups_sql(),
+            t = self.table,
+            due = self.due,
+            open = self.open,
         )
     }
 
@@ -308,11 +412,11 @@ WHERE {imatch} AND q.attempts = i.attempt AND q.locked_until IS NOT NULL",
     }
 
     /// The assignments that put a row back in line with a fresh retry
-    /// budget, on the alias `q`: the fencing token is never lowered, the
-    /// budget starts where it stands.
-    pub fn requeue_set(&self) -> String {
+    /// budget, on the alias `q`, due at `due` (an SQL expression): the
+    /// fencing token is never lowered, the budget starts where it stands.
+    pub fn requeue_set(&self, due: &str) -> String {
         format!(
-            "dead_at = NULL, attempts_base = q.attempts, {} = now()",
+            "dead_at = NULL, attempts_base = q.attempts, {} = {due}",
             self.due
         )
     }
@@ -412,6 +516,45 @@ pub(super) async fn claim_fairly<C: GenericClient>(
     Ok(rows)
 }
 
+/// A per-group claim: picks up to `limit` rows with `pick` (built by
+/// [`QueueTable::group_pick_sql`]), each group getting at most `share` less
+/// what `held` says it holds, then claims what is still claimable of them
+/// with `sql` ([`QueueTable::claim_sql`]).
+pub(super) async fn claim_by_group<C: GenericClient, G: ToSql + Sync>(
+    client: &C,
+    pick: &str,
+    sql: &str,
+    limit: i64,
+    lease: Duration,
+    share: i64,
+    held: &[(G, usize)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    assert!(limit > 0, "a claim asks for at least one row");
+    assert!(!lease.is_zero(), "a lease lasts");
+    assert!(share > 0, "every group may hold a row");
+    let (groups, counts): (Vec<&G>, Vec<i64>) = held.iter().map(|(g, n)| (g, *n as i64)).unzip();
+    let stmt = client.prepare_cached(pick).await?;
+    let picked: Vec<String> = client
+        .query(&stmt, &[&limit, &share, &groups, &counts])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(picked.len() as i64 <= limit, "a pick keeps to its limit");
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = client.prepare_cached(sql).await?;
+    let rows = client
+        .query(&stmt, &[&limit, &lease.as_secs_f64(), &picked])
+        .await?;
+    assert!(
+        rows.len() <= picked.len(),
+        "a claim takes only rows it picked"
+    );
+    Ok(rows)
+}
+
 /// The retries and dead letters of a batch, one array per input column of
 /// [`QueueTable::reschedule_sql`] after the key.
 #[derive(Debug, Default)]
@@ -495,8 +638,15 @@ mod tests {
         // reading the held rows once for both shares; its claim takes the
         // picked rows by ctid.
         assert!(!OUTBOX.claim_sql().contains("busy"));
+        assert!(OUTBOX
+            .claim_sql()
+            .contains("q.ctid = ANY ($3::text[]::tid[])"));
+        let pick = OUTBOX.group_pick_sql();
+        assert!(pick.contains("WITH RECURSIVE grp(g)"), "{pick}");
+        assert!(pick.contains("LIMIT LEAST(room.n, $1::int8)"), "{pick}");
         let pick = DELIVERIES.pick_sql();
-        assert!(pick.contains("PARTITION BY c.grp_0"), "{pick}");
+        assert!(pick.contains("WITH RECURSIVE grp(g)"), "{pick}");
+        assert!(pick.contains("WHERE q.endpoint_id = grp.g"), "{pick}");
         assert!(pick.contains("PARTITION BY c.grp_1"), "{pick}");
         assert_eq!(pick.matches("WHERE locked_until IS NOT NULL").count(), 1);
         assert!(!pick.contains("FOR UPDATE"), "a pick locks nothing");

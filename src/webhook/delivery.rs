@@ -15,7 +15,7 @@ use super::sender::{Attempt, Sender};
 use super::WebhookLimits;
 use crate::domain::webhook::event_id_text;
 use crate::queue::window::call_window;
-use crate::queue::worker::{BacklogGauges, QueueName, Work, Worker, WorkerLimits};
+use crate::queue::worker::{BacklogGauges, Holding, QueueName, Work, Worker, WorkerLimits};
 use crate::queue::RetryPolicy;
 use crate::store::webhooks::{bounded_error, ClaimedDelivery, DeliverySettlement, WEBHOOK_CHANNEL};
 use crate::store::{DeliveryStore, Listener, StoreError};
@@ -126,6 +126,7 @@ impl Work for DeliveryWork {
     type Row = ClaimedDelivery;
     type Key = (Uuid, Uuid);
     type Outcome = DeliverySettlement;
+    type Group = ();
 
     const QUEUE: QueueName = QueueName::Webhooks;
     const CHANNEL: &'static str = WEBHOOK_CHANNEL;
@@ -137,7 +138,13 @@ impl Work for DeliveryWork {
         ((row.event_id, row.endpoint_id), row.attempt)
     }
 
-    fn claim(&self, limit: usize) -> BoxFuture<'static, Result<Vec<ClaimedDelivery>, StoreError>> {
+    fn group_of(_row: &ClaimedDelivery) {}
+
+    fn claim(
+        &self,
+        limit: usize,
+        _holding: Holding<()>,
+    ) -> BoxFuture<'static, Result<Vec<ClaimedDelivery>, StoreError>> {
         let store = self.store.clone();
         let l = self.limits.clone();
         async move {

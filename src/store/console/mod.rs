@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 mod reads;
 mod repairs;
+pub(super) use repairs::audit_as;
 mod sessions;
 mod transfers;
 

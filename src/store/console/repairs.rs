@@ -14,13 +14,14 @@ impl ConsoleStore {
     /// transaction: a bulk retry as such, and each transfer it retried, so
     /// that the transfer's timeline shows it. Returns how many rows are due
     /// again. The fencing token keeps growing: a retry starts a new budget
-    /// from where it stands.
+    /// from where it stands. The rows fall due `rows_per_second` at a time.
     pub async fn retry_dead(
         &self,
         operator: &OperatorSession,
         transfer_id: Option<Uuid>,
         error: Option<&str>,
         rows_max: i64,
+        rows_per_second: u32,
     ) -> Result<u64, StoreError> {
         let error = error.map(str::to_owned);
         let target = match (transfer_id, &error) {
@@ -37,6 +38,7 @@ impl ConsoleStore {
                     transfer_id,
                     error.as_deref(),
                     rows_max,
+                    rows_per_second,
                 )
                 .await?;
                 let n = requeued.len() as u64;
@@ -145,12 +147,38 @@ async fn audit(
     target: &str,
     rows: u64,
 ) -> Result<(), StoreError> {
+    audit_as(
+        tx,
+        Some(operator.operator_id),
+        &operator.operator_name,
+        action,
+        target,
+        rows,
+    )
+    .await
+}
+
+/// Writes one action to the audit, in the action's transaction: an
+/// operator's (`operator_id` set), or a command line's (`None`, and a name
+/// starting with `cli:`, which the table checks).
+pub(in crate::store) async fn audit_as(
+    tx: &deadpool_postgres::Transaction<'_>,
+    operator_id: Option<Uuid>,
+    operator_name: &str,
+    action: &str,
+    target: &str,
+    rows: u64,
+) -> Result<(), StoreError> {
+    assert!(
+        operator_id.is_some() || operator_name.starts_with("cli:"),
+        "an action without an operator comes from the command line"
+    );
     tx.execute(
         "INSERT INTO operator_audit (operator_id, operator_name, action, target, rows_touched) \
          VALUES ($1, $2, $3, $4, $5)",
         &[
-            &operator.operator_id,
-            &operator.operator_name,
+            &operator_id,
+            &operator_name,
             &action,
             &target,
             &(rows as i64),

@@ -88,6 +88,7 @@ pub const DELIVERIES: QueueTable = QueueTable {
     on_claim: "",
     claim_returns: "",
     fair_by: &["endpoint_id", "client_id"],
+    group_by: Some(("endpoint_id", "uuid")),
     payload:
         "SELECT c.event_id, c.endpoint_id, c.attempts, c.budget_used, c.reclaimed, c.leased, e.body,
        CASE WHEN ep.deleted_at IS NULL AND ep.disabled_at IS NULL THEN ep.url END AS url,
@@ -259,10 +260,7 @@ impl DeliveryStore {
             .with_client(|conn| async move {
                 // Each count reads at most FIGURE_ROWS_MAX rows.
                 let sql = format!(
-                    "SELECT {}, {}, \
-                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
-                   FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL \
-                   AND next_attempt_at <= now()), 0)",
+                    "SELECT {}, {}, {}",
                     crate::store::capped_count(
                         "FROM webhook_deliveries WHERE delivered_at IS NULL AND dead_at IS NULL",
                         "$1"
@@ -271,6 +269,7 @@ impl DeliveryStore {
                         "FROM webhook_deliveries WHERE dead_at IS NOT NULL",
                         "$1"
                     ),
+                    DELIVERIES.oldest_due_age_sql(),
                 );
                 let row = conn
                     .query_one(&sql, &[&crate::store::FIGURE_ROWS_MAX])

@@ -194,7 +194,7 @@ async fn requeue(
 ) -> Result<u64, StoreError> {
     let sql = format!(
         "UPDATE webhook_deliveries q SET {} {rest}",
-        DELIVERIES.requeue_set()
+        DELIVERIES.requeue_set("now()")
     );
     let n = tx.execute(&sql, params).await?;
     if n > 0 {

@@ -1,0 +1,40 @@
+-- Isolation between clients on the relay's side: the relay claims fairly
+-- across clients and the settlement-lag gate refuses a client only for its
+-- own backlog. Both read an outbox row's client, so the row carries it
+-- (written by the flush from the same input as the transfer; a join to
+-- transfers per row would be a read per candidate in every claim).
+ALTER TABLE outbox ADD COLUMN client_id uuid;
+UPDATE outbox o SET client_id = t.client_id FROM transfers t WHERE t.id = o.transfer_id;
+-- Rows whose transfer is gone (none is expected: the reaper deletes
+-- transfers only once final, and a final transfer has no row) cannot be
+-- attributed to anyone and could never be settled.
+DELETE FROM outbox WHERE client_id IS NULL;
+ALTER TABLE outbox ALTER COLUMN client_id SET NOT NULL;
+
+-- One client's open rows in the order it is served: the fair claim's pick
+-- walks it per client (one descent to find the next client with open rows,
+-- then at most what that client may still be handed), and the lag gate
+-- measures each client's waiting rows on it. A client with millions of due
+-- rows costs a claim no more than one with a handful.
+CREATE INDEX outbox_client_due ON outbox (client_id, available_at) WHERE dead_at IS NULL;
+
+-- The fair delivery claim picks per endpoint the same way: one descent to
+-- find the next endpoint with open deliveries, then at most what is left
+-- of its share. The pick before walked the due index across every
+-- endpoint, skipping the rows of those holding their share: a client with
+-- millions of due deliveries to a hanging receiver made every claim read
+-- them all. This index serves everything the one on `endpoint_id` alone
+-- served, and costs a reschedule nothing more (it changes
+-- `next_attempt_at`, which the due index holds already).
+CREATE INDEX webhook_deliveries_endpoint_due ON webhook_deliveries (endpoint_id, next_attempt_at)
+    WHERE delivered_at IS NULL AND dead_at IS NULL;
+DROP INDEX webhook_deliveries_endpoint;
+
+-- Neither queue keeps an index on its due column alone any more: every
+-- read of due rows (the claims' picks, the lag measure, the oldest due
+-- row's age in /metrics) goes client by client or endpoint by endpoint.
+-- Kept, the planner took it for a group's rows, filtering a whole backlog
+-- by group to find another group's few rows (tests/pick_cost.rs); dropped,
+-- each row written costs one index fewer than with both.
+DROP INDEX outbox_due;
+DROP INDEX webhook_deliveries_due;

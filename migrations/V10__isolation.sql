@@ -38,3 +38,24 @@ DROP INDEX webhook_deliveries_endpoint;
 -- each row written costs one index fewer than with both.
 DROP INDEX outbox_due;
 DROP INDEX webhook_deliveries_due;
+
+-- Returns are never lost: a transfer that succeeded is looked up again a
+-- few times while its provider may still return it (--return-window,
+-- --return-lookups), so a `returned` whose notifications were all lost
+-- (an outage longer than the provider's retries) is still found. A leased
+-- queue like the others; a row per watched transfer, written by the status
+-- machine when the transfer becomes `succeeded`, deleted once its lookups
+-- are done or the transfer is `returned`.
+CREATE TABLE return_watches (
+    transfer_id    uuid        PRIMARY KEY,
+    attempts       integer     NOT NULL DEFAULT 0,
+    attempts_base  integer     NOT NULL DEFAULT 0 CHECK (attempts_base <= attempts),
+    -- Lookups still to make after the one due next, this one included.
+    lookups_left   integer     NOT NULL CHECK (lookups_left >= 0),
+    next_lookup_at timestamptz NOT NULL,
+    locked_until   timestamptz,
+    last_error     text,
+    dead_at        timestamptz,
+    succeeded_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX return_watches_due ON return_watches (next_lookup_at) WHERE dead_at IS NULL;

@@ -344,7 +344,23 @@ pub struct OutcomeConfig {
         default_value_t = 256
     )]
     pub provider_poll_settle_batch_max: usize,
+    /// How long after a transfer succeeded its provider may still return
+    /// it (a bank refusing the credit). The transfer is looked up again
+    /// during this window (--return-lookups times, evenly spread, the last
+    /// at its end), so a return whose notifications were all lost is still
+    /// found. 0s: never; a return is then learned from its notification
+    /// only.
+    #[arg(long, env = "PAYRAIL_RETURN_WINDOW", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub return_window: Duration,
+    /// Lookups of a succeeded transfer during --return-window (1 to 100):
+    /// each is one provider lookup per succeeded transfer.
+    #[arg(long, env = "PAYRAIL_RETURN_LOOKUPS", default_value_t = 3)]
+    pub return_lookups: i32,
 }
+
+/// Most lookups of one succeeded transfer during its return window: each
+/// costs a provider call per succeeded transfer.
+pub const RETURN_LOOKUPS_MAX: i32 = 100;
 
 /// Flags of webhook delivery.
 #[derive(Debug, Clone, Args)]
@@ -718,6 +734,18 @@ impl OutcomeConfig {
         if self.provider_notification_tolerance.is_zero() {
             return Err("--provider-notification-tolerance must be above 0".into());
         }
+        if !(1..=RETURN_LOOKUPS_MAX).contains(&self.return_lookups) {
+            return Err(format!(
+                "--return-lookups must be between 1 and {RETURN_LOOKUPS_MAX}"
+            ));
+        }
+        if !self.return_window.is_zero()
+            && self.return_window / (self.return_lookups as u32) < Duration::from_secs(1)
+        {
+            return Err(
+                "--return-window must leave at least 1s between two of its --return-lookups".into(),
+            );
+        }
         Ok(())
     }
 }
@@ -758,6 +786,28 @@ mod tests {
         ];
         assert!(parse(fits).validate().is_ok());
         assert!(parse(&[]).validate().is_ok(), "the defaults fit");
+    }
+
+    #[test]
+    fn return_lookups_are_bounded_and_spread_over_their_window() {
+        assert!(parse(&[]).validate().is_ok(), "the defaults: 3 over 7 days");
+        for bad in [
+            &["--return-lookups", "0"][..],
+            &["--return-lookups", "101"],
+            &["--return-window", "2s", "--return-lookups", "3"],
+        ] {
+            let err = parse(bad).validate().unwrap_err();
+            assert!(err.contains("--return-"), "{bad:?}: {err}");
+        }
+        assert!(parse(&["--return-window", "0s"]).validate().is_ok(), "off");
+        let o = &parse(&["--return-window", "3s", "--return-lookups", "3"]).outcomes;
+        let follow = crate::outcome::follow_up(o);
+        assert_eq!(
+            (follow.return_lookup_every, follow.return_lookups),
+            (Duration::from_secs(1), 3)
+        );
+        let off = crate::outcome::follow_up(&parse(&["--return-window", "0s"]).outcomes);
+        assert_eq!(off.return_lookups, 0);
     }
 
     #[test]

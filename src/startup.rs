@@ -59,7 +59,7 @@ impl Application {
         let (reaper, reaper_arbiter) = crate::reaper::start((&config).into(), reaper_stores);
         parts.push(Started::thread("reaper", reaper_arbiter));
         let outcomes = crate::outcome::start(&config, &store)?;
-        parts.push(outcomes.part);
+        parts.extend(outcomes.parts);
         let auth_cache = Arc::new(AuthCache::new(
             config.auth_cache,
             config.auth_cache_ttl,

@@ -143,6 +143,10 @@ const METRICS: &[(Kind, &str, Option<metrics::Unit>, &str)] = {
     (Counter, "payrail_provider_notifications_total", None, "Signed provider notifications received, by outcome (applied, repeat, late, unknown_transfer, not_recorded, unauthenticated, malformed)"),
     (Histogram, "payrail_provider_notification_batch_size", Some(Unit::Count), "Provider notifications applied in one transaction"),
     (Counter, "payrail_provider_polls_total", None, "Status lookups of processing transfers, by what the provider answered (outcome, processing, not_found, unknown)"),
+    (Counter, "payrail_return_lookups_total", None, "Lookups of succeeded transfers during their return window, by what they found (succeeded: still; changed: a return or a contradiction, applied by the status machine; unknown: no usable answer)"),
+    (Gauge, "payrail_return_watches", None, "Succeeded transfers still to be looked up for a return (counted up to 100000: a figure there means at least)"),
+    (Gauge, "payrail_return_watches_dead", None, "Return watches parked after too many lookups without a usable answer (counted up to 100000: a figure there means at least)"),
+    (Gauge, "payrail_return_watches_oldest_due_age_seconds", Some(Unit::Seconds), "How long the oldest due return lookup has waited"),
     (Counter, "payrail_transfer_anomalies_total", None, "Provider reports that contradict a transfer's final status, kept for operators, by source (relay, notification, poll)"),
     (Gauge, "payrail_transfers_processing", None, "Transfers the provider accepted and has not decided yet (counted up to 100000: a figure there means at least)"),
     (Gauge, "payrail_transfers_stuck", None, "Of those, the ones processing for longer than --provider-processing-max (counted up to 100000: a figure there means at least)"),
@@ -180,7 +184,7 @@ mod tests {
             .map(|(_, _, _, help)| *help)
             .filter(|help| help.contains("a figure there means at least"))
             .collect();
-        assert_eq!(capped.len(), 6, "{capped:?}");
+        assert_eq!(capped.len(), 8, "{capped:?}");
         let bound = format!("counted up to {}:", crate::store::FIGURE_ROWS_MAX);
         assert!(
             capped.iter().all(|help| help.contains(&bound)),

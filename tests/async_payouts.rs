@@ -171,6 +171,79 @@ async fn notifications_that_never_come_are_caught_by_polling() {
     assert_every_metric_described(&metrics);
 }
 
+#[actix_web::test]
+async fn a_return_whose_notifications_were_all_lost_is_found_by_looking_succeeded_transfers_up_again(
+) {
+    // Half the payouts come back returned 50-150 ms after their success,
+    // and no return is ever told; decisions are.
+    let (app, sim) = async_pair(
+        SimArgs {
+            settle_after_ms: (50, 150),
+            return_rate: 0.5,
+            notify_return_drop_rate: 1.0,
+            ..SimArgs::default()
+        },
+        &["--return-window", "3s", "--return-lookups", "3"],
+    )
+    .await;
+    let ids = app.create_transfers(12, &transfer_body()).await;
+    for id in &ids {
+        assert_eq!(app.wait_final(id).await["status"], "succeeded");
+    }
+    // Every watch ends: at the first lookup (1 s after the success) for a
+    // returned payout, after the third (3 s) for the others.
+    wait_for(
+        "every return watch ended",
+        Duration::from_secs(15),
+        || async { app.count("return_watches").await == 0 },
+    )
+    .await;
+    let mut returned = 0;
+    for id in &ids {
+        let record: Value = reqwest::get(format!("{}/payouts/{id}", sim.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let t = app.transfer(id).await;
+        assert_eq!(
+            t["status"], record["status"],
+            "the engine's view is the provider's: {t} {record}"
+        );
+        if t["status"] == "returned" {
+            returned += 1;
+            assert!(t["return_reason"].is_string(), "{t}");
+            assert_eq!(
+                events_of(&app, id).await.last().unwrap().0,
+                "transfer.returned",
+                "the return is announced"
+            );
+        }
+    }
+    let stats = sim_stats(&sim).await;
+    assert_eq!(stats.returned, returned);
+    assert!(
+        returned > 0 && returned < 12,
+        "the seed returns some: {returned}"
+    );
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "payrail_return_lookups_total{{outcome=\"changed\"}} {returned}"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "payrail_return_lookups_total{{outcome=\"succeeded\"}} {}",
+            (12 - returned) * 3
+        )),
+        "each transfer not returned was looked up three times: {metrics}"
+    );
+    assert_every_metric_described(&metrics);
+}
+
 /// A notification signed with `secret`, its timestamp `skew` seconds off.
 async fn notify(
     app: &TestApp,

@@ -278,7 +278,10 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     let report = app
         .store
         .outbox()
-        .settle(&[(stale.clone(), dead)], std::time::Duration::from_secs(60))
+        .settle(
+            &[(stale.clone(), dead)],
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
+        )
         .await
         .unwrap();
     assert_eq!(report.held, [true]);
@@ -301,7 +304,10 @@ async fn the_fencing_token_never_goes_back_when_an_operator_retries_a_dead_row()
     let report = app
         .store
         .outbox()
-        .settle(&[(stale, late)], std::time::Duration::from_secs(60))
+        .settle(
+            &[(stale, late)],
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
+        )
         .await
         .unwrap();
     assert_eq!(report.held, [false]);

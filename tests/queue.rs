@@ -103,7 +103,7 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
         .outbox()
         .settle(
             &[(first, final_as(TransferStatus::Failed))],
-            std::time::Duration::from_secs(60),
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
         )
         .await
         .unwrap();
@@ -116,7 +116,7 @@ async fn a_row_taken_over_after_its_lease_is_ambiguous_and_its_old_holder_is_fen
         .outbox()
         .settle(
             &[(second, final_as(TransferStatus::Succeeded))],
-            std::time::Duration::from_secs(60),
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
         )
         .await
         .unwrap();
@@ -135,7 +135,10 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
     };
     app.store
         .outbox()
-        .settle(&[(first.clone(), dead)], std::time::Duration::from_secs(60))
+        .settle(
+            &[(first.clone(), dead)],
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
+        )
         .await
         .unwrap();
     assert!(nothing_due(&app).await, "dead rows wait");
@@ -160,7 +163,10 @@ async fn ambiguity_survives_a_retry_and_an_operator_retry_keeps_the_token_growin
     };
     app.store
         .outbox()
-        .settle(&[(again, retry)], std::time::Duration::from_secs(60))
+        .settle(
+            &[(again, retry)],
+            payrail::store::status::FollowUp::polls_only(std::time::Duration::from_secs(60)),
+        )
         .await
         .unwrap();
     assert!(claim_one(&app).await.ambiguous);
@@ -223,7 +229,10 @@ async fn relay_succeeds_after(
     let report = app
         .store
         .outbox()
-        .settle(&[(row, final_as(TransferStatus::Succeeded))], LEASE)
+        .settle(
+            &[(row, final_as(TransferStatus::Succeeded))],
+            payrail::store::status::FollowUp::polls_only(LEASE),
+        )
         .await
         .unwrap();
     (app, id, report)
@@ -571,7 +580,10 @@ async fn a_transfer_processing_and_decided_in_one_batch_is_not_left_polled() {
     let report = app
         .store
         .notifications()
-        .apply(&batch, Duration::from_secs(3600))
+        .apply(
+            &batch,
+            payrail::store::status::FollowUp::polls_only(Duration::from_secs(3600)),
+        )
         .await
         .unwrap();
     assert_eq!(

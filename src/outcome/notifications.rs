@@ -16,6 +16,7 @@ use crate::domain::webhook::WebhookSecret;
 use crate::domain::{ProviderReport, ProviderText};
 use crate::queue::window::{SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
 use crate::store::notifications::{Notification, NotificationStore};
+use crate::store::status::FollowUp;
 use crate::store::StoreError;
 
 /// Longest notification id accepted (`webhook-id`).
@@ -208,8 +209,8 @@ pub struct IntakeLimits {
     pub batch_max: usize,
     /// Largest body, in bytes.
     pub body_max: usize,
-    /// When a transfer now `processing` is first looked up.
-    pub poll_after: Duration,
+    /// What follows the changes notifications make.
+    pub follow: FollowUp,
 }
 
 /// Metrics, registered once.
@@ -256,7 +257,7 @@ pub fn start(
             assert!(batch.len() <= limits.batch_max, "a batch keeps its bound");
             m.batch_size.record(batch.len() as f64);
             let notifications: Vec<Notification> = batch.iter().map(|(n, _)| n.clone()).collect();
-            let result = apply_with_retries(&store, &notifications, limits.poll_after).await;
+            let result = apply_with_retries(&store, &notifications, limits.follow).await;
             let answer = match result {
                 Ok(report) => {
                     let a = &report.applied;
@@ -298,12 +299,12 @@ pub fn start(
 async fn apply_with_retries(
     store: &NotificationStore,
     batch: &[Notification],
-    poll_after: Duration,
+    follow: FollowUp,
 ) -> Result<crate::store::notifications::NotificationReport, StoreError> {
     let mut tries = 0;
     loop {
         tries += 1;
-        match store.apply(batch, poll_after).await {
+        match store.apply(batch, follow).await {
             Ok(r) => return Ok(r),
             Err(e) if tries < SETTLE_TRIES_MAX => {
                 tracing::info!(error = %e, tries, "notification batch refused; trying again");

@@ -29,6 +29,9 @@ pub struct PollLimits {
     pub retry: RetryPolicy,
     /// Past this, a `processing` transfer is stuck.
     pub processing_max: Duration,
+    /// What follows the changes the lookups report (a `succeeded` is
+    /// watched for a return).
+    pub follow: crate::store::status::FollowUp,
 }
 
 /// The label values of `payrail_provider_polls_total`.
@@ -164,8 +167,9 @@ impl Work for PollWork {
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         let m = self.metrics.clone();
+        let follow = self.limits.follow;
         async move {
-            let applied = store.settle(&batch).await?;
+            let applied = store.settle(&batch, follow).await?;
             m.anomalies.increment(applied.anomalies as u64);
             for age in &applied.creation_to_final {
                 m.creation_to_final.record(age.as_secs_f64());

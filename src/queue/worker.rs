@@ -49,6 +49,8 @@ pub enum QueueName {
     Webhooks,
     /// Status lookups of `processing` transfers.
     Polls,
+    /// Lookups of `succeeded` transfers watched for a return.
+    Returns,
 }
 
 impl QueueName {
@@ -58,6 +60,7 @@ impl QueueName {
             Self::Outbox => "outbox",
             Self::Webhooks => "webhooks",
             Self::Polls => "polls",
+            Self::Returns => "returns",
         }
     }
 }

@@ -163,9 +163,10 @@ pub struct RelayLimits {
     pub settle_timeout: Duration,
     /// Most outcomes settled in one transaction.
     pub settle_batch_max: usize,
-    /// How long a transfer the provider accepted (`processing`) waits
-    /// before it is looked up.
-    pub poll_after: Duration,
+    /// What follows the changes the provider's answers make: when a
+    /// `processing` transfer is looked up, how a `succeeded` one is
+    /// watched for a return.
+    pub follow: crate::store::status::FollowUp,
 }
 
 impl From<&ServeConfig> for RelayLimits {
@@ -183,7 +184,7 @@ impl From<&ServeConfig> for RelayLimits {
             provider_timeout: r.provider_timeout,
             settle_timeout: config.database.db_timeout,
             settle_batch_max: r.relay_settle_batch_max,
-            poll_after: config.outcomes.provider_poll_after,
+            follow: crate::outcome::follow_up(&config.outcomes),
         }
     }
 }

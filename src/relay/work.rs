@@ -158,9 +158,9 @@ impl Work for OutboxWork {
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let store = self.store.clone();
         let m = self.metrics.clone();
-        let poll_after = self.limits.poll_after;
+        let follow = self.limits.follow;
         async move {
-            let report = store.settle(&batch, poll_after).await?;
+            let report = store.settle(&batch, follow).await?;
             m.anomalies.increment(report.anomalies as u64);
             for age in &report.creation_to_final {
                 m.creation_to_final.record(age.as_secs_f64());
@@ -341,7 +341,7 @@ mod tests {
             provider_timeout: Duration::from_secs(5),
             settle_timeout: Duration::from_secs(5),
             settle_batch_max: 64,
-            poll_after: Duration::from_secs(60),
+            follow: crate::store::status::FollowUp::polls_only(Duration::from_secs(60)),
         }
     }
 

@@ -70,7 +70,7 @@ async fn settle_later(app: web::Data<App>, id: Uuid) {
         return;
     };
     let succeeded = decided.status == "succeeded";
-    notify(&app, decided, true);
+    notify(&app, decided, Kind::Decision);
     if succeeded {
         return_later(app, id).await;
     }
@@ -85,7 +85,7 @@ async fn return_later(app: web::Data<App>, id: Uuid) {
     tokio::time::sleep(app.faults.millis_between(min, max)).await;
     let reason = RETURN_REASONS[app.faults.index(RETURN_REASONS.len())];
     if let Some(returned) = app.state.return_payout(id, reason) {
-        notify(&app, returned, false);
+        notify(&app, returned, Kind::Return);
     }
 }
 
@@ -103,17 +103,30 @@ pub fn notification_body(record: &PayoutRecord) -> String {
     .to_string()
 }
 
+/// What a notification tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The decision of a `processing` payout.
+    Decision,
+    /// The return of a succeeded payout.
+    Return,
+}
+
 /// Tells the receiver about `record`'s current status, with the faults
-/// configured, in the background. Only a decision's notification may be
-/// dropped (`droppable`): the engine looks up undecided payouts, and so
-/// learns a decision it was never told; it does not look up decided ones,
-/// so a return is only ever learned from its notification, which a
-/// provider sends until it is acknowledged.
-fn notify(app: &web::Data<App>, record: PayoutRecord, droppable: bool) {
+/// configured, in the background. A decision's notification is dropped at
+/// `--notify-drop-rate` (the engine looks up undecided payouts, and so
+/// learns a decision it was never told), a return's at
+/// `--notify-return-drop-rate` (the engine looks succeeded payouts up
+/// again during their return window).
+fn notify(app: &web::Data<App>, record: PayoutRecord, kind: Kind) {
     let Some(n) = &app.later.notifier else {
         return;
     };
-    if droppable && app.faults.chance(n.drop_rate) {
+    let drop_rate = match kind {
+        Kind::Decision => n.drop_rate,
+        Kind::Return => n.return_drop_rate,
+    };
+    if app.faults.chance(drop_rate) {
         app.state.count_notifications(0, 1, 0);
         return;
     }

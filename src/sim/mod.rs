@@ -106,6 +106,12 @@ pub struct SimArgs {
     #[arg(long, env = "PAYRAIL_SIM_NOTIFY_DROP_RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub notify_drop_rate: f64,
 
+    /// Probability (0..=1) that a return's notification is never sent: as
+    /// if every retry of it were lost (the engine's return lookups must
+    /// catch it).
+    #[arg(long, env = "PAYRAIL_SIM_NOTIFY_RETURN_DROP_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub notify_return_drop_rate: f64,
+
     /// Probability (0..=1) that a notification is held back so that a later
     /// one overtakes it.
     #[arg(long, env = "PAYRAIL_SIM_NOTIFY_REORDER_RATE", default_value_t = 0.0, value_parser = parse_rate)]
@@ -149,6 +155,7 @@ impl Default for SimArgs {
             notify_secret: None,
             notify_duplicate_rate: 0.0,
             notify_drop_rate: 0.0,
+            notify_return_drop_rate: 0.0,
             notify_reorder_rate: 0.0,
         }
     }
@@ -183,6 +190,7 @@ impl SimArgs {
             ("return_rate", self.return_rate),
             ("notify_duplicate_rate", self.notify_duplicate_rate),
             ("notify_drop_rate", self.notify_drop_rate),
+            ("notify_return_drop_rate", self.notify_return_drop_rate),
             ("notify_reorder_rate", self.notify_reorder_rate),
         ] {
             check_rate(v)
@@ -350,6 +358,7 @@ fn later(args: &SimArgs) -> io::Result<Later> {
             let mut n = Notifier::new(url.clone(), secret.clone())?;
             n.duplicate_rate = args.notify_duplicate_rate;
             n.drop_rate = args.notify_drop_rate;
+            n.return_drop_rate = args.notify_return_drop_rate;
             n.reorder_rate = args.notify_reorder_rate;
             Some(n)
         }

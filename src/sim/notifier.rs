@@ -20,8 +20,11 @@ pub struct Notifier {
     secret: WebhookSecret,
     /// Probability a notification is sent twice.
     pub duplicate_rate: f64,
-    /// Probability a notification is never sent.
+    /// Probability a decision's notification is never sent.
     pub drop_rate: f64,
+    /// Probability a return's notification is never sent (every retry of
+    /// it lost: an outage longer than the provider's retries).
+    pub return_drop_rate: f64,
     /// Probability a notification is held back, so a later one overtakes it.
     pub reorder_rate: f64,
 }
@@ -39,6 +42,7 @@ impl Notifier {
             secret,
             duplicate_rate: 0.0,
             drop_rate: 0.0,
+            return_drop_rate: 0.0,
             reorder_rate: 0.0,
         })
     }

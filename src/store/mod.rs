@@ -12,6 +12,7 @@ mod notify;
 pub mod outbox;
 pub mod polls;
 pub mod queue;
+pub mod returns;
 pub mod status;
 mod transfers;
 mod tx;
@@ -36,6 +37,7 @@ pub use notifications::NotificationStore;
 pub use notify::{Heard, Listener};
 pub use outbox::OutboxStore;
 pub use polls::PollStore;
+pub use returns::ReturnStore;
 pub use transfers::TransferPage;
 pub use webhooks::{DeliveryStore, EndpointStore, EventStore};
 
@@ -240,6 +242,11 @@ impl Store {
     /// transfers stuck`).
     pub fn polls(&self) -> PollStore {
         PollStore(self.pool.clone())
+    }
+
+    /// Return watches: the return lookups' queue.
+    pub fn returns(&self) -> ReturnStore {
+        ReturnStore(self.pool.clone())
     }
 
     /// Provider notifications' statements (their endpoint, the reaper).

@@ -50,12 +50,12 @@ pub struct NotificationStore(pub(super) Db);
 
 impl NotificationStore {
     /// Applies the notifications not seen before, in one transaction with
-    /// the record of their ids. A transfer now `processing` is looked up
-    /// from `poll_after` on.
+    /// the record of their ids; what follows each change (lookups, return
+    /// watches) as `follow` says.
     pub async fn apply(
         &self,
         batch: &[Notification],
-        poll_after: Duration,
+        follow: super::status::FollowUp,
     ) -> Result<NotificationReport, StoreError> {
         assert!(!batch.is_empty(), "a batch holds a notification");
         let ids: Vec<&str> = batch.iter().map(|n| n.id.as_str()).collect();
@@ -80,7 +80,7 @@ impl NotificationStore {
                     .collect();
                 let repeats = batch.len() - reports.len();
                 let applied =
-                    super::status::apply(&tx, reports, Source::Notification, poll_after).await?;
+                    super::status::apply(&tx, reports, Source::Notification, follow).await?;
                 tx.commit().await?;
                 Ok(NotificationReport { repeats, applied })
             })

@@ -13,7 +13,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
-use super::status::{self, Source};
+use super::status::{self, FollowUp, Source};
 use super::{Db, StoreError};
 use crate::domain::{ProviderReport, ProviderText};
 use crate::provider::Payout;
@@ -312,12 +312,13 @@ impl OutboxStore {
     /// the others rescheduled or dead, each only while still held under its
     /// claim, and the calls recorded: one round trip), then the reports of
     /// the rows still held, applied by the status machine (a transfer now
-    /// `processing` is looked up from `poll_after` on). A row appears at
+    /// `processing` is looked up, one now `succeeded` watched for a
+    /// return, as `follow` says). A row appears at
     /// most once.
     pub async fn settle(
         &self,
         batch: &[(ClaimedRow, Settlement)],
-        poll_after: Duration,
+        follow: FollowUp,
     ) -> Result<SettleReport, StoreError> {
         assert!(
             !batch.is_empty(),
@@ -354,7 +355,7 @@ impl OutboxStore {
                     held.done.len(),
                     "only a reported row is done"
                 );
-                let applied = status::apply(&tx, reports, Source::Relay, poll_after).await?;
+                let applied = status::apply(&tx, reports, Source::Relay, follow).await?;
                 assert!(
                     applied.changed.iter().all(|t| held.done.contains(&t.id)),
                     "only a row still held changes its transfer"

@@ -13,7 +13,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::queue::{self, Claim, QueueTable, Reschedule};
-use super::status::{Applied, Source};
+use super::status::{Applied, FollowUp, Source};
 use super::{Db, StoreError};
 use crate::domain::{ProviderReport, ProviderText};
 
@@ -126,7 +126,11 @@ impl PollStore {
     /// Records a batch of lookups in one transaction: the outcomes found
     /// are applied by the status machine, the others asked again later
     /// (each fenced by its claim).
-    pub async fn settle(&self, batch: &[(PollRow, PollOutcome)]) -> Result<Applied, StoreError> {
+    pub async fn settle(
+        &self,
+        batch: &[(PollRow, PollOutcome)],
+        follow: FollowUp,
+    ) -> Result<Applied, StoreError> {
         assert!(!batch.is_empty(), "a settlement batch settles a row");
         let reports: Vec<(Uuid, ProviderReport)> = batch
             .iter()
@@ -151,12 +155,10 @@ impl PollStore {
         self.0
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
-                // Its poll_after is unused: a lookup never reports
-                // `processing` as a change (the transfer already is). The
-                // status machine ends the polls of transfers that are
-                // final, the ones found final already included.
-                let applied =
-                    super::status::apply(&tx, reports, Source::Poll, Duration::ZERO).await?;
+                // The status machine ends the polls of transfers that are
+                // final, the ones found final already included, and starts
+                // the return watch of those now `succeeded`.
+                let applied = super::status::apply(&tx, reports, Source::Poll, follow).await?;
                 let keys: [&(dyn ToSql + Sync); 1] = [&again_ids];
                 again.run(&tx, &RESCHEDULE, &keys).await?;
                 tx.commit().await?;

@@ -9,7 +9,8 @@
 //! relay racing on one transfer can never move it backwards or out of a
 //! final status. Each change raises the transfer's `status_sequence`,
 //! writes its event, and moves its work: a transfer now `processing` is
-//! polled, a final one leaves the outbox and the polls.
+//! polled, a final one leaves the outbox and the polls, a `succeeded` one
+//! is watched for a return, a `returned` one no longer is.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -35,6 +36,8 @@ pub enum Source {
     Notification,
     /// A status lookup of a `processing` transfer.
     Poll,
+    /// A lookup of a `succeeded` transfer, watched for a return.
+    ReturnLookup,
 }
 
 impl Source {
@@ -43,6 +46,32 @@ impl Source {
             Self::Relay => "relay",
             Self::Notification => "notification",
             Self::Poll => "poll",
+            Self::ReturnLookup => "return-lookup",
+        }
+    }
+}
+
+/// The work that follows a status change, as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowUp {
+    /// A transfer now `processing` is first looked up this long after.
+    pub poll_after: Duration,
+    /// A transfer now `succeeded` is looked up again this often, while it
+    /// may still be returned...
+    pub return_lookup_every: Duration,
+    /// ...this many times (0: never, and returns are learned only from
+    /// notifications).
+    pub return_lookups: i32,
+}
+
+impl FollowUp {
+    /// `processing` transfers looked up after `poll_after`, and no
+    /// return watch (for tests and tools).
+    pub fn polls_only(poll_after: Duration) -> Self {
+        Self {
+            poll_after,
+            return_lookup_every: Duration::ZERO,
+            return_lookups: 0,
         }
     }
 }
@@ -158,15 +187,26 @@ SELECT n.n FROM n LEFT JOIN LATERAL (SELECT pg_notify($7, '') WHERE n.n > 0) wak
 
 /// The statements every settlement of the relay runs, for a warm-up to
 /// prepare.
-pub(super) fn statements() -> [&'static str; 5] {
+pub(super) fn statements() -> [&'static str; 6] {
     [
         CHANGE.as_str(),
         START_POLLS,
+        WATCH_RETURNS,
         END_WORK,
         INSERT_ANOMALIES,
         INSERT_EVENTS,
     ]
 }
+
+/// Transfers that became `returned` (`$1`) are no longer watched; those
+/// that are now `succeeded` (`$2`) are, `$4` times, every `$3` seconds.
+/// One statement for both, since most batches have neither returns nor
+/// anything but successes.
+const WATCH_RETURNS: &str = "
+WITH gone AS (DELETE FROM return_watches WHERE transfer_id = ANY ($1::uuid[]))
+INSERT INTO return_watches (transfer_id, next_lookup_at, lookups_left)
+SELECT id, now() + make_interval(secs => $3), $4 FROM UNNEST($2::uuid[]) AS id
+ON CONFLICT DO NOTHING";
 
 /// Transfers now `processing` are looked up from `$2` seconds on.
 const START_POLLS: &str = "
@@ -192,6 +232,9 @@ const LOCK_OUTBOX: &str =
 const LOCK_POLLS: &str =
     "SELECT transfer_id FROM provider_polls WHERE transfer_id = ANY ($1::uuid[]) \
     ORDER BY transfer_id FOR UPDATE";
+const LOCK_WATCHES: &str =
+    "SELECT transfer_id FROM return_watches WHERE transfer_id = ANY ($1::uuid[]) \
+    ORDER BY transfer_id FOR UPDATE";
 
 const INSERT_ANOMALIES: &str = "
 INSERT INTO transfer_anomalies (transfer_id, status_then, reported, reference, reason, source)
@@ -207,7 +250,7 @@ pub(super) async fn apply(
     tx: &Tx<'_>,
     reports: Vec<(Uuid, ProviderReport)>,
     source: Source,
-    poll_after: Duration,
+    follow: FollowUp,
 ) -> Result<Applied, StoreError> {
     if reports.is_empty() {
         return Ok(Applied::default());
@@ -243,7 +286,7 @@ pub(super) async fn apply(
     );
     finished.sort_unstable();
     finished.dedup();
-    effects(tx, &mut applied, &anomalies, &finished, poll_after).await?;
+    effects(tx, &mut applied, &anomalies, &finished, follow).await?;
     Ok(applied)
 }
 
@@ -283,14 +326,20 @@ async fn lock_work(tx: &Tx<'_>, rounds: &[Vec<(Uuid, ProviderReport)>]) -> Resul
     let mut ids: Vec<Uuid> = rounds.iter().flatten().map(|(id, _)| *id).collect();
     ids.sort_unstable();
     ids.dedup();
-    let (outbox, polls) = (
+    let (outbox, polls, watches) = (
         tx.prepare_cached(LOCK_OUTBOX).await?,
         tx.prepare_cached(LOCK_POLLS).await?,
+        tx.prepare_cached(LOCK_WATCHES).await?,
     );
     // One round trip: pipelined, and run by Postgres in the order sent
-    // (outbox rows first, as the relay takes them).
+    // (outbox rows first, as the relay takes them; a return lookup
+    // deletes its watch first, then changes the transfer).
     let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    futures::try_join!(tx.query(&outbox, &params), tx.query(&polls, &params))?;
+    futures::try_join!(
+        tx.query(&outbox, &params),
+        tx.query(&polls, &params),
+        tx.query(&watches, &params)
+    )?;
     Ok(())
 }
 
@@ -394,7 +443,7 @@ async fn effects(
     applied: &mut Applied,
     anomalies: &Anomalies,
     finished: &[Uuid],
-    poll_after: Duration,
+    follow: FollowUp,
 ) -> Result<(), StoreError> {
     assert!(
         finished.windows(2).all(|w| w[0] < w[1]),
@@ -408,14 +457,27 @@ async fn effects(
         })
         .map(|t| t.id)
         .collect();
-    let poll_after = poll_after.as_secs_f64();
+    let (returned, watched) = return_watch_changes(&applied.changed, follow);
+    let poll_after = follow.poll_after.as_secs_f64();
+    let return_every = follow.return_lookup_every.as_secs_f64();
     let events: Vec<NewEvent> = applied.changed.iter().map(NewEvent::of_change).collect();
-    let (start_polls, end_work, keep_anomalies, insert_events) = (
+    let (start_polls, watch_returns, end_work, keep_anomalies, insert_events) = (
         tx.prepare_cached(START_POLLS).await?,
+        tx.prepare_cached(WATCH_RETURNS).await?,
         tx.prepare_cached(END_WORK).await?,
         tx.prepare_cached(INSERT_ANOMALIES).await?,
         tx.prepare_cached(INSERT_EVENTS).await?,
     );
+    let watch_returns = async {
+        if returned.is_empty() && watched.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(
+            &watch_returns,
+            &[&returned, &watched, &return_every, &follow.return_lookups],
+        )
+        .await
+    };
     let start_polls = async {
         if processing.is_empty() {
             return Ok(0);
@@ -445,8 +507,9 @@ async fn effects(
         )
         .await
     };
-    let (started, _, kept, deliveries) = futures::try_join!(
+    let (started, watching, _, kept, deliveries) = futures::try_join!(
         start_polls,
+        watch_returns,
         end_work,
         keep_anomalies,
         write_events(tx, &insert_events, &events)
@@ -455,9 +518,35 @@ async fn effects(
         started <= processing.len() as u64,
         "at most one poll per transfer"
     );
+    assert!(
+        watching <= watched.len() as u64,
+        "at most one return watch per transfer"
+    );
     assert_eq!(kept, anomalies.id.len() as u64, "every anomaly is kept");
     applied.deliveries = deliveries;
     Ok(())
+}
+
+/// Of a batch's changes: the transfers that became `returned` (their watch
+/// ends) and, when returns are watched, those whose last change made them
+/// `succeeded` (a watch starts).
+fn return_watch_changes(changed: &[Transfer], follow: FollowUp) -> (Vec<Uuid>, Vec<Uuid>) {
+    let mut last: HashMap<Uuid, TransferStatus> = HashMap::new();
+    for t in changed {
+        last.insert(t.id, t.status);
+    }
+    let mut returned = Vec::new();
+    let mut watched = Vec::new();
+    for (id, status) in last {
+        match status {
+            TransferStatus::Returned => returned.push(id),
+            TransferStatus::Succeeded if follow.return_lookups > 0 => watched.push(id),
+            _ => {}
+        }
+    }
+    returned.sort_unstable();
+    watched.sort_unstable();
+    (returned, watched)
 }
 
 /// Writes the events of a batch's status changes, in `tx`; answers the

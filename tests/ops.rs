@@ -162,7 +162,8 @@ async fn readyz(app: &common::TestApp) -> StatusCode {
 }
 
 #[actix_web::test]
-async fn readiness_stays_up_while_unknown_keys_hold_every_authentication_connection() {
+async fn readiness_and_console_sessions_stay_up_while_unknown_keys_hold_every_authentication_connection(
+) {
     let db = common::fresh_database().await;
     let app = common::spawn_app_with(
         &db,
@@ -200,6 +201,18 @@ async fn readiness_stays_up_while_unknown_keys_hold_every_authentication_connect
         readyz(&app).await,
         StatusCode::OK,
         "readiness has a connection of its own"
+    );
+    // A console session is checked on the main pool, not behind the keys.
+    let started = std::time::Instant::now();
+    let session = app
+        .store
+        .console()
+        .session(&payrail::domain::ConsoleSecretHash([7; 32]))
+        .await;
+    assert!(
+        matches!(session, Ok(None)) && started.elapsed() < std::time::Duration::from_secs(1),
+        "a session check waited for the authentication pool: {session:?} after {:?}",
+        started.elapsed()
     );
     tx.rollback().await.unwrap();
     for f in flood {

@@ -711,3 +711,78 @@ async fn a_deleted_endpoint_is_purged_once_its_events_are_past_retention() {
         .get(0);
     assert_eq!(left.to_string(), kept);
 }
+
+#[actix_web::test]
+async fn a_million_due_deliveries_behind_a_hanging_receiver_delay_no_other_client() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let hanging = Receiver::start(Mode::Hang, Duration::ZERO).await;
+    let healthy = Receiver::start(Mode::Status(204), Duration::ZERO).await;
+    let mut flags = webhook_flags(&sim.url(), "10s", "30s");
+    flags.extend(
+        [
+            "--webhook-concurrency",
+            "16",
+            "--webhook-endpoint-in-flight-max",
+            "2",
+            "--webhook-client-in-flight-max",
+            "8",
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let a = spawn_app_with(&fresh_database().await, &flags).await;
+    // Client A: one endpoint that never answers, and a million events due
+    // to it, older than anything of B's.
+    let (endpoint, _) = register(&a, &hanging.url).await;
+    let endpoint: uuid::Uuid = endpoint.parse().unwrap();
+    let db = a.db().await;
+    db.batch_execute("SET jit = off").await.unwrap();
+    db.execute(
+        "WITH e AS (
+            INSERT INTO webhook_events (client_id, id, transfer_id, type, body, created_at)
+            SELECT $1, gen_random_uuid(), gen_random_uuid(), 'transfer.succeeded', '{}',
+                   now() - interval '1 hour'
+            FROM generate_series(1, 1000000)
+            RETURNING id, client_id
+         )
+         INSERT INTO webhook_deliveries (event_id, endpoint_id, client_id, next_attempt_at)
+         SELECT id, $2, client_id, now() - interval '1 hour' FROM e",
+        &[&a.client_id, &endpoint],
+    )
+    .await
+    .unwrap();
+    db.batch_execute("VACUUM ANALYZE webhook_deliveries")
+        .await
+        .unwrap();
+    wait_for("A's attempts to hang", Duration::from_secs(20), || async {
+        hanging.arrivals().len() >= 2
+    })
+    .await;
+
+    // Client B, one healthy endpoint: each of its events is delivered
+    // within 10 s, while A's million wait behind A's full endpoint.
+    let b_key = a.other_client().await;
+    let res = a
+        .http
+        .post(format!("{}/webhook_endpoints", a.address))
+        .bearer_auth(&b_key)
+        .json(&json!({ "url": healthy.url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    for n in 1..=5 {
+        create_via(&a.address, &b_key).await;
+        wait_for(
+            "B's event while a million of A's wait",
+            Duration::from_secs(10),
+            || async { healthy.accepted().len() >= n },
+        )
+        .await;
+    }
+    assert!(
+        hanging.arrivals().len() <= 2,
+        "A never held more than its endpoint's share: {} attempts hang",
+        hanging.arrivals().len()
+    );
+}

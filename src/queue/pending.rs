@@ -1,6 +1,6 @@
-//! What a worker holds, by group: the rows claimed (or handed over) and
-//! waiting for a slot, served round-robin across groups, and how many rows
-//! each group holds in all, for the next claim.
+//! What a worker holds, by group: the rows waiting for a slot, served
+//! round-robin across groups ([`Pending`]), and how many rows each group
+//! brought in by claims holds, for the next claim ([`GroupCounts`]).
 //!
 //! Why round-robin: a worker's pending rows arrive in bursts per group (one
 //! client's flushes hand over hundreds of rows at once). Served first come,
@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
 
-/// Rows waiting for a slot, per group, and every row held per group.
+/// Rows waiting for a slot, per group, served round-robin.
 #[derive(Debug)]
 pub struct Pending<G, T> {
     /// Waiting rows, per group; a group is here only while it has some.
@@ -22,9 +22,6 @@ pub struct Pending<G, T> {
     turn: VecDeque<G>,
     /// Waiting rows in all.
     len: usize,
-    /// Rows held per group: waiting, in flight, or waiting for their
-    /// settlement. A group is here only while it holds some.
-    held: HashMap<G, usize>,
 }
 
 impl<G: Copy + Eq + Hash + Debug, T> Default for Pending<G, T> {
@@ -33,7 +30,6 @@ impl<G: Copy + Eq + Hash + Debug, T> Default for Pending<G, T> {
             waiting: HashMap::new(),
             turn: VecDeque::new(),
             len: 0,
-            held: HashMap::new(),
         }
     }
 }
@@ -49,9 +45,8 @@ impl<G: Copy + Eq + Hash + Debug, T> Pending<G, T> {
         self.len == 0
     }
 
-    /// A row joins the worker: it waits, and its group holds one more.
+    /// A row waits for a slot.
     pub fn push(&mut self, group: G, row: T) {
-        *self.held.entry(group).or_insert(0) += 1;
         let queue = self.waiting.entry(group).or_default();
         if queue.is_empty() {
             self.turn.push_back(group);
@@ -61,7 +56,6 @@ impl<G: Copy + Eq + Hash + Debug, T> Pending<G, T> {
     }
 
     /// The next row to start: the oldest of the group whose turn it is.
-    /// The row stays held (in flight) until [`Pending::left`].
     pub fn pop(&mut self) -> Option<T> {
         let group = self.turn.pop_front()?;
         let queue = self
@@ -78,35 +72,52 @@ impl<G: Copy + Eq + Hash + Debug, T> Pending<G, T> {
         Some(row)
     }
 
-    /// Every waiting row, each group's in order; they stay held until
-    /// [`Pending::left`].
+    /// Every waiting row, each group's in order.
     pub fn drain(&mut self) -> Vec<T> {
         self.turn.clear();
         self.len = 0;
         self.waiting.drain().flat_map(|(_, q)| q).collect()
     }
+}
 
-    /// A row of `group` left the worker (settled, given back or dropped).
-    pub fn left(&mut self, group: G) {
+/// Rows per group, counted while they are held; a group is kept only while
+/// it counts some.
+#[derive(Debug)]
+pub struct GroupCounts<G>(HashMap<G, usize>);
+
+impl<G> Default for GroupCounts<G> {
+    fn default() -> Self {
+        Self(HashMap::new())
+    }
+}
+
+impl<G: Copy + Eq + Hash + Debug> GroupCounts<G> {
+    /// One more row of `group`.
+    pub fn add(&mut self, group: G) {
+        *self.0.entry(group).or_insert(0) += 1;
+    }
+
+    /// One row of `group` fewer.
+    pub fn remove(&mut self, group: G) {
         let n = self
-            .held
+            .0
             .get_mut(&group)
-            .expect("a row leaves only a group that holds it");
+            .expect("a row leaves only a group that counts it");
         assert!(*n > 0);
         *n -= 1;
         if *n == 0 {
-            self.held.remove(&group);
+            self.0.remove(&group);
         }
     }
 
-    /// What each group holds now.
-    pub fn held(&self) -> Vec<(G, usize)> {
-        self.held.iter().map(|(g, n)| (*g, *n)).collect()
+    /// Every group counting rows, with how many.
+    pub fn all(&self) -> Vec<(G, usize)> {
+        self.0.iter().map(|(g, n)| (*g, *n)).collect()
     }
 
-    /// Rows held in all, by every group.
-    pub fn held_total(&self) -> usize {
-        self.held.values().sum()
+    /// Rows counted over every group.
+    pub fn total(&self) -> usize {
+        self.0.values().sum()
     }
 }
 
@@ -126,8 +137,6 @@ mod tests {
         let order: Vec<i32> = std::iter::from_fn(|| p.pop()).collect();
         assert_eq!(order, [0, 10, 1, 11, 2, 3]);
         assert!(p.is_empty());
-        // Popped rows are still held until they leave.
-        assert_eq!(p.held_total(), 6);
     }
 
     #[test]
@@ -140,33 +149,32 @@ mod tests {
         p.push('b', 1000);
         assert_eq!(p.pop(), Some(1), "a's turn had come already");
         assert_eq!(p.pop(), Some(1000), "b waits for one row of a, not 98");
+        let rest = p.drain();
+        assert_eq!(rest.len(), 98);
+        assert!(p.is_empty() && p.pop().is_none());
     }
 
     #[test]
-    fn held_counts_follow_rows_until_they_leave() {
-        let mut p = Pending::default();
-        p.push('a', 1);
-        p.push('a', 2);
-        p.push('b', 3);
-        let mut held = p.held();
-        held.sort();
-        assert_eq!(held, [('a', 2), ('b', 1)]);
-        let drained = p.drain();
-        assert_eq!(drained.len(), 3);
-        assert!(p.is_empty());
-        p.left('a');
-        p.left('b');
-        assert_eq!(p.held(), [('a', 1)]);
-        p.left('a');
-        assert_eq!(p.held_total(), 0);
+    fn counts_follow_rows_until_they_leave() {
+        let mut c = GroupCounts::default();
+        c.add('a');
+        c.add('a');
+        c.add('b');
+        let mut all = c.all();
+        all.sort();
+        assert_eq!(all, [('a', 2), ('b', 1)]);
+        c.remove('a');
+        c.remove('b');
+        assert_eq!(c.all(), [('a', 1)]);
+        assert_eq!(c.total(), 1);
     }
 
     #[test]
-    #[should_panic(expected = "a row leaves only a group that holds it")]
+    #[should_panic(expected = "a row leaves only a group that counts it")]
     fn a_row_cannot_leave_twice() {
-        let mut p: Pending<char, i32> = Pending::default();
-        p.push('a', 1);
-        p.left('a');
-        p.left('a');
+        let mut c = GroupCounts::default();
+        c.add('a');
+        c.remove('a');
+        c.remove('a');
     }
 }

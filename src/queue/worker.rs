@@ -14,9 +14,11 @@
 //! - serves the rows it holds round-robin across their groups (the
 //!   relay's: clients), and tells each claim what every group holds, so
 //!   that one group's burst neither delays another's rows in memory nor
-//!   takes every slot (rows handed over in memory do not take the claims'
-//!   room: they have their own bound, and a claim is what brings in the
-//!   other groups' rows written to Postgres);
+//!   takes every slot: a group holding its share (the worker's slots) gets
+//!   nothing more from a claim, and is claimed for again as soon as it
+//!   drops below it. Rows handed over in memory count in their group but
+//!   do not take the claims' room: they have their own bound, and a claim
+//!   is what brings in the other groups' rows written to Postgres;
 //! - settles outcomes in batches: while one settlement transaction runs, the
 //!   outcomes that arrive wait for the next, so batches grow with load and
 //!   add no latency when idle. A batch Postgres refuses for particular rows
@@ -27,6 +29,7 @@
 //!   back to the queue, the work in flight finishes and is settled;
 //! - reports the same metrics per queue, labelled `queue`.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -36,7 +39,7 @@ use actix::prelude::*;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::pending::Pending;
+use super::pending::{GroupCounts, Pending};
 use super::window::{SETTLE_RETRY_DELAY, SETTLE_TRIES_MAX};
 use crate::store::{Listener, StoreError};
 
@@ -125,11 +128,12 @@ pub trait Work: Unpin + 'static {
 /// What a worker holds per group when it claims.
 #[derive(Debug, Clone)]
 pub struct Holding<G> {
-    /// Most rows one group may hold in this worker: its slots. A group
-    /// holding as many gets nothing more from a claim until some settle.
+    /// Most rows of one group this worker holds (waiting for a slot or in
+    /// flight, handed over or claimed) past which a claim brings in no
+    /// more of it: its slots.
     pub share: usize,
-    /// The groups holding rows now, with how many (waiting for a slot, in
-    /// flight or being settled).
+    /// The groups holding rows now (waiting for a slot or in flight), with
+    /// how many.
     pub held: Vec<(G, usize)>,
 }
 
@@ -252,13 +256,18 @@ pub struct Worker<W: Work> {
     limits: WorkerLimits,
     metrics: QueueMetrics,
     handed_over: Option<Arc<dyn HeldCount>>,
-    /// Rows waiting for a slot, served round-robin per group, and what
-    /// each group holds.
+    /// Rows waiting for a slot, served round-robin per group.
     pending: Pending<W::Group, Held<W::Row>>,
     in_flight: usize,
-    /// Rows handed over, waiting for a slot or in flight: not counted
-    /// against the claims' room.
+    /// Rows waiting for a slot or in flight, per group, handed over or
+    /// claimed: each group's share is counted on them.
+    in_memory: GroupCounts<W::Group>,
+    /// Of those, the rows handed over: not counted against the claims'
+    /// room.
     handed_over_active: usize,
+    /// Groups the last claim left at their share: as soon as one of them
+    /// drops below it, claim again (its rows may be waiting in Postgres).
+    at_share: HashSet<W::Group>,
     claiming: bool,
     /// Rows are probably due in Postgres: claim as soon as there is room.
     more_due: bool,
@@ -294,7 +303,9 @@ impl<W: Work> Worker<W> {
             handed_over,
             pending: Pending::default(),
             in_flight: 0,
+            in_memory: GroupCounts::default(),
             handed_over_active: 0,
+            at_share: HashSet::new(),
             claiming: false,
             more_due: true,
             last_claim_short: false,
@@ -324,9 +335,10 @@ impl<W: Work> Worker<W> {
         self.claiming = true;
         self.more_due = false;
         let claimed_at = Instant::now();
+        let share = self.limits.concurrency_max;
         let holding = Holding {
-            share: self.limits.concurrency_max,
-            held: self.pending.held(),
+            share,
+            held: self.in_memory.all(),
         };
         let claim = self.work.claim(room, holding);
         ctx.spawn(claim.into_actor(self).map(move |claimed, w, ctx| {
@@ -347,8 +359,19 @@ impl<W: Work> Worker<W> {
                             claimed_at,
                             handed_over: false,
                         };
+                        w.in_memory.add(group);
                         w.pending.push(group, held);
                     }
+                    // A group at its share got nothing more, and one that
+                    // got all its share left may have more: either may have
+                    // rows waiting in Postgres, claimed once it has room.
+                    w.at_share = w
+                        .in_memory
+                        .all()
+                        .into_iter()
+                        .filter(|(_, n)| *n >= share)
+                        .map(|(g, _)| g)
+                        .collect();
                 }
                 Err(e) => {
                     tracing::warn!(queue = w.queue(), error = %e, "claim failed; retrying on the next wake")
@@ -364,11 +387,26 @@ impl<W: Work> Worker<W> {
     /// client's handed-over rows would leave no room to claim another
     /// client's rows written to Postgres, which would wait for the burst.
     fn room(&self) -> usize {
-        let active = self.in_flight + self.pending.len();
+        let active = self.in_memory.total();
+        assert_eq!(
+            active,
+            self.in_flight + self.pending.len(),
+            "every row waiting or in flight is counted in its group"
+        );
         assert!(active >= self.handed_over_active);
         self.limits
             .concurrency_max
             .saturating_sub(active - self.handed_over_active)
+    }
+
+    /// A row of `group` is no longer waiting or in flight.
+    fn left(&mut self, group: W::Group) {
+        self.in_memory.remove(group);
+        if self.at_share.remove(&group) {
+            // Below its share now: its rows waiting in Postgres, if any,
+            // may be claimed.
+            self.more_due = true;
+        }
     }
 
     /// Starts work on pending rows while slots are free; claims more when
@@ -442,7 +480,7 @@ impl<W: Work> Worker<W> {
             (key, std::cmp::Reverse(claim))
         });
         let mut last = None;
-        let mut outdated = Vec::new();
+        let mut outdated = 0;
         batch.retain(|(held, _)| {
             let (key, _) = W::claim_of(&held.row);
             let live = last != Some(key);
@@ -452,20 +490,16 @@ impl<W: Work> Worker<W> {
                     queue = W::QUEUE.as_str(),
                     "outcome of an outdated claim dropped"
                 );
-                outdated.push((W::group_of(&held.row), held.handed_over));
+                outdated += usize::from(held.handed_over);
             }
             live
         });
-        for (group, handed_over) in outdated {
-            self.pending.left(group);
-            self.release_handed_over(usize::from(handed_over));
-        }
+        self.release_handed_over(outdated);
         self.settling = true;
         self.metrics.settle_batch_size.record(batch.len() as f64);
         // What is needed once the batch is settled, so that the rows
         // themselves move into the settlement uncopied.
         let handed_over = batch.iter().filter(|(h, _)| h.handed_over).count();
-        let groups: Vec<W::Group> = batch.iter().map(|(h, _)| W::group_of(&h.row)).collect();
         let next_due = batch.iter().filter_map(|(_, o)| W::due_again(o)).min();
         let rows: Arc<[(W::Row, W::Outcome)]> =
             batch.into_iter().map(|(h, o)| (h.row, o)).collect();
@@ -479,9 +513,6 @@ impl<W: Work> Worker<W> {
                 .record(started.elapsed().as_secs_f64());
             w.settling = false;
             w.release_handed_over(handed_over);
-            for group in groups {
-                w.pending.left(group);
-            }
             if let Some(due) = next_due {
                 w.wake_after(due, ctx);
             }
@@ -500,7 +531,7 @@ impl<W: Work> Worker<W> {
             self.handed_over_active -= 1;
             self.release_handed_over(1);
         }
-        self.pending.left(W::group_of(&held.row));
+        self.left(W::group_of(&held.row));
     }
 
     /// `n` handed-over rows left this worker's memory.
@@ -573,7 +604,9 @@ impl<W: Work> Worker<W> {
     }
 
     fn report(&self, ctx: &mut Context<Self>) {
-        self.metrics.held_rows.set(self.pending.held_total() as f64);
+        self.metrics
+            .held_rows
+            .set((self.pending.len() + self.in_flight + self.outcomes.len()) as f64);
         ctx.spawn(self.work.report().into_actor(self));
     }
 }
@@ -678,6 +711,7 @@ impl<W: Work> Handler<Worked<W::Row, W::Outcome>> for Worker<W> {
         if msg.held.handed_over {
             self.handed_over_active -= 1;
         }
+        self.left(W::group_of(&msg.held.row));
         self.outcomes.push((msg.held, msg.outcome));
         self.settle(ctx);
         self.pump(ctx);
@@ -701,6 +735,7 @@ impl<W: Work> Handler<Deliver<W::Row>> for Worker<W> {
                 claimed_at: msg.claimed_at,
                 handed_over: true,
             };
+            self.in_memory.add(group);
             self.pending.push(group, held);
         }
         // While draining, pump gives them straight back.

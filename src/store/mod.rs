@@ -273,7 +273,6 @@ impl Store {
     pub fn console(&self) -> ConsoleStore {
         ConsoleStore {
             write: self.pool.clone(),
-            auth: self.auth_pool.clone(),
         }
     }
 

@@ -268,13 +268,15 @@ pub struct Live {
 /// to follow load, long enough to smooth a group commit's bursts.
 const LIVE_WINDOW: Duration = Duration::from_secs(5);
 
-/// The console's statements.
+/// The console's statements, all on the main pool. Session checks too:
+/// the authentication pool is where API keys no cache holds are looked
+/// up, a flood of made-up ones included (at a bounded rate, but it may keep
+/// those connections busy), and a signed-in operator must not wait behind
+/// it.
 #[derive(Clone)]
 pub struct ConsoleStore {
-    /// The pages' reads and the repairs.
+    /// The pages' reads, the session checks and the repairs.
     pub(in crate::store) write: Db,
-    /// Session checks, beside the API's key lookups.
-    pub(in crate::store) auth: Db,
 }
 
 /// Fills in each event's deliveries (one query for the page).

@@ -100,7 +100,7 @@ impl ConsoleStore {
         &self,
         secret: &ConsoleSecretHash,
     ) -> Result<Option<OperatorSession>, StoreError> {
-        self.auth
+        self.write
             .with_client(|client| async move {
                 let stmt = client
                     .prepare_cached(

@@ -428,3 +428,51 @@ async fn notifications_are_authenticated_idempotent_and_never_move_a_transfer_ba
     let res = notify(&plain, &new, "n6", &update(&a, "succeeded"), 0).await;
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
+
+#[actix_web::test]
+async fn a_payout_answered_succeeded_after_its_notification_said_declined_is_kept_as_an_anomaly() {
+    // The provider answers the POST after a second; its notification that
+    // the payout was declined arrives before that answer.
+    let sim = spawn_sim(SimArgs {
+        latency_ms: 1000,
+        ..SimArgs::default()
+    })
+    .await;
+    let secret = WebhookSecret::generate();
+    let app = spawn_relaying(
+        &fresh_database().await,
+        &sim.url(),
+        &["--provider-notification-secret", &secret.encode()],
+    )
+    .await;
+    let id = app.create_transfers(1, &transfer_body()).await.remove(0);
+    let res = notify(
+        &app,
+        &secret,
+        "ntf_early_decline",
+        &update(&id, "declined"),
+        0,
+    )
+    .await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.transfer(&id).await["status"], "failed");
+    // The POST's `succeeded` comes back: the transfer stays failed (nothing
+    // moves out of a final status), and the contradiction is kept.
+    wait_for("the relay's answer", Duration::from_secs(10), || async {
+        app.transfer(&id).await["anomalies"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let t = app.transfer(&id).await;
+    assert_eq!(t["status"], "failed");
+    let anomaly = &t["anomalies"][0];
+    assert_eq!(anomaly["reported"], "succeeded", "{t}");
+    assert_eq!(anomaly["source"], "relay", "{t}");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("payrail_transfer_anomalies_total{source=\"relay\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(app.count("outbox").await, 0, "the relay's work ended");
+}

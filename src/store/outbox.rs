@@ -341,10 +341,14 @@ impl OutboxStore {
             .with_client(|mut client| async move {
                 let tx = client.transaction().await?;
                 let held = settle_queue(&tx, &ordered).await?;
+                let gone = gone_rows(&tx, &ordered, &held).await?;
                 let reports: Vec<(Uuid, ProviderReport)> = ordered
                     .iter()
                     .filter_map(|(r, s)| match s {
-                        Settlement::Report(report) if held.done.contains(&r.payout.transfer_id) => {
+                        Settlement::Report(report)
+                            if held.done.contains(&r.payout.transfer_id)
+                                || gone.contains(&r.payout.transfer_id) =>
+                        {
                             Some((r.payout.transfer_id, report.clone()))
                         }
                         _ => None,
@@ -352,13 +356,16 @@ impl OutboxStore {
                     .collect();
                 assert_eq!(
                     reports.len(),
-                    held.done.len(),
+                    held.done.len() + gone.len(),
                     "only a reported row is done"
                 );
                 let applied = status::apply(&tx, reports, Source::Relay, follow).await?;
                 assert!(
-                    applied.changed.iter().all(|t| held.done.contains(&t.id)),
-                    "only a row still held changes its transfer"
+                    applied
+                        .changed
+                        .iter()
+                        .all(|t| held.done.contains(&t.id) || gone.contains(&t.id)),
+                    "only a row still held, or whose work another report ended, changes its transfer"
                 );
                 assert!(
                     applied.unknown.is_empty(),
@@ -532,6 +539,43 @@ impl Held {
 /// runs pipelined statements in the order sent): deletes the reported rows
 /// and reschedules the others, each only while held under its claim (the
 /// fencing token), and records the calls. Answers which rows were held.
+/// Of a batch's reported rows this holder no longer held, those whose
+/// outbox row is gone: another report (a notification, a poll, another
+/// holder's answer) ended the transfer's work first. Their reports are
+/// still the provider's word about the payout, so they go through the
+/// status machine too, which compares them with the status now: the same
+/// is a late report, a contradiction an anomaly, never dropped silently.
+/// (A row another holder took over still exists: its holder reports.)
+async fn gone_rows(
+    tx: &deadpool_postgres::Transaction<'_>,
+    batch: &[&(ClaimedRow, Settlement)],
+    held: &Held,
+) -> Result<HashSet<Uuid>, StoreError> {
+    let unheld: Vec<Uuid> = batch
+        .iter()
+        .filter(|(r, s)| {
+            matches!(s, Settlement::Report(_)) && !held.done.contains(&r.payout.transfer_id)
+        })
+        .map(|(r, _)| r.payout.transfer_id)
+        .collect();
+    if unheld.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let stmt = tx
+        .prepare_cached("SELECT transfer_id FROM outbox WHERE transfer_id = ANY ($1::uuid[])")
+        .await?;
+    let remaining: HashSet<Uuid> = tx
+        .query(&stmt, &[&unheld])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(unheld
+        .into_iter()
+        .filter(|id| !remaining.contains(id))
+        .collect())
+}
+
 async fn settle_queue(
     tx: &deadpool_postgres::Transaction<'_>,
     batch: &[&(ClaimedRow, Settlement)],

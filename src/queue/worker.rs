@@ -29,7 +29,7 @@
 //!   back to the queue, the work in flight finishes and is settled;
 //! - reports the same metrics per queue, labelled `queue`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -340,6 +340,7 @@ impl<W: Work> Worker<W> {
             share,
             held: self.in_memory.all(),
         };
+        let held_before: HashMap<W::Group, usize> = holding.held.iter().copied().collect();
         let claim = self.work.claim(room, holding);
         ctx.spawn(claim.into_actor(self).map(move |claimed, w, ctx| {
             w.claiming = false;
@@ -352,6 +353,7 @@ impl<W: Work> Worker<W> {
                         w.more_due = true;
                     }
                     w.last_claim_short = rows.len() < room;
+                    let mut got: HashMap<W::Group, usize> = HashMap::new();
                     for row in rows {
                         let group = W::group_of(&row);
                         let held = Held {
@@ -359,19 +361,11 @@ impl<W: Work> Worker<W> {
                             claimed_at,
                             handed_over: false,
                         };
+                        *got.entry(group).or_insert(0) += 1;
                         w.in_memory.add(group);
                         w.pending.push(group, held);
                     }
-                    // A group at its share got nothing more, and one that
-                    // got all its share left may have more: either may have
-                    // rows waiting in Postgres, claimed once it has room.
-                    w.at_share = w
-                        .in_memory
-                        .all()
-                        .into_iter()
-                        .filter(|(_, n)| *n >= share)
-                        .map(|(g, _)| g)
-                        .collect();
+                    w.at_share = at_share(&held_before, &got, share);
                 }
                 Err(e) => {
                     tracing::warn!(queue = w.queue(), error = %e, "claim failed; retrying on the next wake")
@@ -611,6 +605,29 @@ impl<W: Work> Worker<W> {
     }
 }
 
+/// The groups a claim may have left rows of in Postgres: those it could
+/// give nothing (at their share when it ran: whether they have rows due is
+/// unknown) and those it gave all of their room (they may have more). A
+/// group that got less than its room has nothing more due, and is not
+/// claimed for again until a wake or the poll: a client at its share with
+/// everything handed over in memory costs no claim per row.
+fn at_share<G: Copy + Eq + Hash>(
+    held_before: &HashMap<G, usize>,
+    got: &HashMap<G, usize>,
+    share: usize,
+) -> HashSet<G> {
+    let groups: HashSet<G> = held_before.keys().chain(got.keys()).copied().collect();
+    groups
+        .into_iter()
+        .filter(|g| {
+            let room = share.saturating_sub(held_before.get(g).copied().unwrap_or(0));
+            let got = got.get(g).copied().unwrap_or(0);
+            assert!(got <= room, "a claim gives a group at most its room");
+            room == 0 || got == room
+        })
+        .collect()
+}
+
 /// Settles a batch in one transaction; when Postgres refuses something
 /// about particular rows, each row alone, so one bad row fails no other; a
 /// row refused even alone gets the queue's fallback outcome. When Postgres
@@ -818,6 +835,17 @@ mod tests {
         fn report(&self) -> BoxFuture<'static, ()> {
             Box::pin(async {})
         }
+    }
+
+    #[test]
+    fn a_claim_is_repeated_for_groups_it_could_not_serve_in_full() {
+        let held = HashMap::from([('a', 4), ('b', 2), ('c', 1)]);
+        let got = HashMap::from([('b', 2), ('c', 1), ('d', 4)]);
+        let mut again: Vec<char> = at_share(&held, &got, 4).into_iter().collect();
+        again.sort();
+        // a: at its share; b: got all its room; c: got less than its room
+        // (nothing more due); d: new, got its whole share.
+        assert_eq!(again, ['a', 'b', 'd']);
     }
 
     #[actix::test]

@@ -453,13 +453,7 @@ impl OutboxStore {
     /// take them for ambiguous, and the claim does not count against the
     /// retry budget. Each only while still held under its claim.
     pub async fn release(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
-        let (ids, attempts): (Vec<Uuid>, Vec<i32>) = claims.iter().copied().unzip();
-        self.0
-            .with_client(|client| async move {
-                let stmt = client.prepare_cached(&RELEASE).await?;
-                Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
-            })
-            .await
+        queue::release_by_id(&self.0, &RELEASE, claims).await
     }
 
     /// Per client with any, the rows that are due and held by no relay (not

@@ -492,11 +492,43 @@ pub(super) async fn claim_fairly<C: GenericClient>(
         !shares.is_empty() && shares.iter().all(|s| *s > 0),
         "every group may hold a row"
     );
-    let stmt = client.prepare_cached(pick).await?;
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&limit];
     params.extend(shares.iter().map(|s| s as &(dyn ToSql + Sync)));
+    claim_picked(client, pick, &params, sql, limit, lease).await
+}
+
+/// Gives back rows claimed and never worked on, of a queue keyed by one
+/// id, with its [`QueueTable::release_sql`] statement `sql`; answers how
+/// many were still held under their claims.
+pub(super) async fn release_by_id(
+    db: &super::Db,
+    sql: &str,
+    claims: &[(uuid::Uuid, i32)],
+) -> Result<u64, super::StoreError> {
+    let (ids, attempts): (Vec<uuid::Uuid>, Vec<i32>) = claims.iter().copied().unzip();
+    db.with_client(|client| async move {
+        let stmt = client.prepare_cached(sql).await?;
+        let n = client.execute(&stmt, &[&ids, &attempts]).await?;
+        assert!(n as usize <= ids.len(), "a row is given back at most once");
+        Ok(n)
+    })
+    .await
+}
+
+/// Picks rows with `pick` (its parameters `params`), then claims for
+/// `lease` what is still claimable of them with `sql` (a
+/// [`QueueTable::claim_sql`] of a queue that picks).
+async fn claim_picked<C: GenericClient>(
+    client: &C,
+    pick: &str,
+    params: &[&(dyn ToSql + Sync)],
+    sql: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let stmt = client.prepare_cached(pick).await?;
     let picked: Vec<String> = client
-        .query(&stmt, &params)
+        .query(&stmt, params)
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -511,7 +543,7 @@ pub(super) async fn claim_fairly<C: GenericClient>(
         .await?;
     assert!(
         rows.len() <= picked.len(),
-        "a fair claim takes only rows it picked"
+        "a claim takes only rows it picked"
     );
     Ok(rows)
 }
@@ -533,26 +565,8 @@ pub(super) async fn claim_by_group<C: GenericClient, G: ToSql + Sync>(
     assert!(!lease.is_zero(), "a lease lasts");
     assert!(share > 0, "every group may hold a row");
     let (groups, counts): (Vec<&G>, Vec<i64>) = held.iter().map(|(g, n)| (g, *n as i64)).unzip();
-    let stmt = client.prepare_cached(pick).await?;
-    let picked: Vec<String> = client
-        .query(&stmt, &[&limit, &share, &groups, &counts])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert!(picked.len() as i64 <= limit, "a pick keeps to its limit");
-    if picked.is_empty() {
-        return Ok(Vec::new());
-    }
-    let stmt = client.prepare_cached(sql).await?;
-    let rows = client
-        .query(&stmt, &[&limit, &lease.as_secs_f64(), &picked])
-        .await?;
-    assert!(
-        rows.len() <= picked.len(),
-        "a claim takes only rows it picked"
-    );
-    Ok(rows)
+    let params: [&(dyn ToSql + Sync); 4] = [&limit, &share, &groups, &counts];
+    claim_picked(client, pick, &params, sql, limit, lease).await
 }
 
 /// The retries and dead letters of a batch, one array per input column of

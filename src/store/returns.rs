@@ -203,13 +203,7 @@ impl ReturnStore {
 
     /// Gives back lookups claimed and never made (a drain, a missed start).
     pub async fn release(&self, claims: &[(Uuid, i32)]) -> Result<u64, StoreError> {
-        let (ids, attempts): (Vec<Uuid>, Vec<i32>) = claims.iter().copied().unzip();
-        self.0
-            .with_client(|client| async move {
-                let stmt = client.prepare_cached(&RELEASE).await?;
-                Ok(client.execute(&stmt, &[&ids, &attempts]).await?)
-            })
-            .await
+        queue::release_by_id(&self.0, &RELEASE, claims).await
     }
 
     /// Watched and parked watches, each counted up to

@@ -800,14 +800,6 @@ mod tests {
             assert!(err.contains("--return-"), "{bad:?}: {err}");
         }
         assert!(parse(&["--return-window", "0s"]).validate().is_ok(), "off");
-        let o = &parse(&["--return-window", "3s", "--return-lookups", "3"]).outcomes;
-        let follow = crate::outcome::follow_up(o);
-        assert_eq!(
-            (follow.return_lookup_every, follow.return_lookups),
-            (Duration::from_secs(1), 3)
-        );
-        let off = crate::outcome::follow_up(&parse(&["--return-window", "0s"]).outcomes);
-        assert_eq!(off.return_lookups, 0);
     }
 
     #[test]

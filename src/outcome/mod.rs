@@ -145,3 +145,33 @@ pub fn start(config: &ServeConfig, store: &Store) -> anyhow::Result<Outcomes> {
     }
     Ok(Outcomes { intake, parts })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    fn outcomes(flags: &[&str]) -> crate::config::OutcomeConfig {
+        let mut args = vec!["--database-url", "postgres://x@127.0.0.1/db"];
+        args.extend_from_slice(flags);
+        crate::cli::serve_config(args)
+            .expect("valid flags")
+            .outcomes
+    }
+
+    #[test]
+    fn a_return_window_spreads_its_lookups_and_none_is_off() {
+        let follow = super::follow_up(&outcomes(&[
+            "--return-window",
+            "3s",
+            "--return-lookups",
+            "3",
+        ]));
+        assert_eq!(
+            (follow.return_lookup_every, follow.return_lookups),
+            (Duration::from_secs(1), 3)
+        );
+        let off = super::follow_up(&outcomes(&["--return-window", "0s"]));
+        assert_eq!(off.return_lookups, 0);
+        assert_eq!(off.poll_after, Duration::from_secs(60));
+    }
+}

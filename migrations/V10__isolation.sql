@@ -3,13 +3,15 @@
 -- own backlog. Both read an outbox row's client, so the row carries it
 -- (written by the flush from the same input as the transfer; a join to
 -- transfers per row would be a read per candidate in every claim).
+--
+-- Nullable: an engine of the release before, still running during a
+-- rolling deploy, writes outbox rows without it (as V7 did for
+-- deliveries). Every relay gives such rows their client within a lag poll
+-- (`OutboxStore::attribute`, on the small index below); until then the
+-- engines of the release before claim them as they always did.
 ALTER TABLE outbox ADD COLUMN client_id uuid;
 UPDATE outbox o SET client_id = t.client_id FROM transfers t WHERE t.id = o.transfer_id;
--- Rows whose transfer is gone (none is expected: the reaper deletes
--- transfers only once final, and a final transfer has no row) cannot be
--- attributed to anyone and could never be settled.
-DELETE FROM outbox WHERE client_id IS NULL;
-ALTER TABLE outbox ALTER COLUMN client_id SET NOT NULL;
+CREATE INDEX outbox_unattributed ON outbox (transfer_id) WHERE client_id IS NULL;
 
 -- One client's open rows in the order it is served: the fair claim's pick
 -- walks it per client (one descent to find the next client with open rows,

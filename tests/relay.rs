@@ -541,3 +541,29 @@ async fn creation_to_final_time_is_a_histogram_in_metrics() {
         "{text}"
     );
 }
+
+#[actix_web::test]
+async fn an_outbox_row_written_without_its_client_by_the_release_before_is_still_settled() {
+    // During a rolling deploy an engine of the release before writes its
+    // outbox rows without their client. The fair claim walks rows client
+    // by client: such a row must be given its client and settled.
+    let sim = spawn_sim(SimArgs::default()).await;
+    let app = spawn_relaying(&fresh_database().await, &sim.url(), &[]).await;
+    let id = uuid::Uuid::now_v7();
+    app.db()
+        .await
+        .execute(
+            "WITH t AS (
+                INSERT INTO transfers (id, client_id, idempotency_key, status, amount, currency,
+                                       source_account, destination_account, created_at, updated_at)
+                VALUES ($1, $2, 'from-the-release-before', 'pending', 100, 'EUR', 'acc_a', 'acc_b', now(), now())
+                RETURNING id)
+             INSERT INTO outbox (transfer_id) SELECT id FROM t",
+            &[&id, &app.client_id],
+        )
+        .await
+        .unwrap();
+    let t = app.wait_final(&id.to_string()).await;
+    assert_eq!(t["status"], "succeeded", "{t}");
+    assert_eq!(app.count("outbox").await, 0);
+}

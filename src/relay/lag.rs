@@ -126,6 +126,17 @@ pub async fn watch(store: OutboxStore, limits: LagLimits, gate: LagGate) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Rows an engine of the release before wrote without their client
+        // (a rolling deploy) get it here, before they are measured and
+        // claimed.
+        match store.attribute(limits.rows_max).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                rows = n,
+                "outbox rows written without their client attributed"
+            ),
+            Err(e) => tracing::debug!(error = %e, "could not attribute outbox rows"),
+        }
         let by_client = match store.waiting_by_client(limits.rows_max).await {
             Ok(now) => now,
             Err(e) => {

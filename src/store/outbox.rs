@@ -456,6 +456,28 @@ impl OutboxStore {
         queue::release_by_id(&self.0, &RELEASE, claims).await
     }
 
+    /// Gives their client to up to `rows_max` outbox rows written without
+    /// one (by an engine of the release before, during a rolling deploy),
+    /// so that the fair claim, which walks the rows client by client, sees
+    /// them; answers how many. One index probe when there are none.
+    pub async fn attribute(&self, rows_max: i64) -> Result<u64, StoreError> {
+        assert!(rows_max > 0);
+        self.0
+            .with_client(|client| async move {
+                let stmt = client
+                    .prepare_cached(
+                        "UPDATE outbox o SET client_id = t.client_id FROM transfers t
+                         WHERE t.id = o.transfer_id AND o.transfer_id IN (
+                             SELECT transfer_id FROM outbox WHERE client_id IS NULL LIMIT $1)",
+                    )
+                    .await?;
+                let n = client.execute(&stmt, &[&rows_max]).await?;
+                assert!(n as i64 <= rows_max, "an attribution keeps to its limit");
+                Ok(n)
+            })
+            .await
+    }
+
     /// Per client with any, the rows that are due and held by no relay (not
     /// leased), counted up to `count_max + 1`, and how long the oldest of
     /// them has waited: the settlement lag of `relay::lag`. Walks the

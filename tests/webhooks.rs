@@ -605,12 +605,10 @@ async fn finished_events_past_retention_are_reaped_and_pending_ones_kept() {
     assert_eq!(app.count("transfers").await, 2, "transfers are kept");
 }
 
-#[actix_web::test]
-async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries() {
-    let sim = spawn_sim(SimArgs::default()).await;
-    let hanging = Receiver::start(Mode::Hang, Duration::ZERO).await;
-    let healthy = Receiver::start(Mode::Status(204), Duration::ZERO).await;
-    let mut flags = webhook_flags(&sim.url(), "10s", "30s");
+/// An engine with small delivery shares, so that a few hanging attempts
+/// fill them: 16 slots, 2 per endpoint, 8 per client.
+async fn small_shares_app(provider_url: &str) -> TestApp {
+    let mut flags = webhook_flags(provider_url, "10s", "30s");
     flags.extend(
         [
             "--webhook-concurrency",
@@ -623,7 +621,30 @@ async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries(
         .map(String::from),
     );
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let a = spawn_app_with(&fresh_database().await, &flags).await;
+    spawn_app_with(&fresh_database().await, &flags).await
+}
+
+/// A new client of `app` with one webhook endpoint at `url`; its API key.
+async fn other_client_with_endpoint(app: &TestApp, url: &str) -> String {
+    let key = app.other_client().await;
+    let res = app
+        .http
+        .post(format!("{}/webhook_endpoints", app.address))
+        .bearer_auth(&key)
+        .json(&json!({ "url": url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    key
+}
+
+#[actix_web::test]
+async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries() {
+    let sim = spawn_sim(SimArgs::default()).await;
+    let hanging = Receiver::start(Mode::Hang, Duration::ZERO).await;
+    let healthy = Receiver::start(Mode::Status(204), Duration::ZERO).await;
+    let a = small_shares_app(&sim.url()).await;
     // Client A: ten endpoints that accept the connection and never answer.
     for i in 0..10 {
         register(&a, &format!("{}/{i}", hanging.url)).await;
@@ -635,16 +656,7 @@ async fn one_clients_hanging_receivers_never_hold_up_another_clients_deliveries(
     .await;
 
     // Client B, one healthy endpoint, created after A's 600 deliveries.
-    let b_key = a.other_client().await;
-    let res = a
-        .http
-        .post(format!("{}/webhook_endpoints", a.address))
-        .bearer_auth(&b_key)
-        .json(&json!({ "url": healthy.url }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
+    let b_key = other_client_with_endpoint(&a, &healthy.url).await;
     for _ in 0..5 {
         create_via(&a.address, &b_key).await;
     }
@@ -717,20 +729,7 @@ async fn a_million_due_deliveries_behind_a_hanging_receiver_delay_no_other_clien
     let sim = spawn_sim(SimArgs::default()).await;
     let hanging = Receiver::start(Mode::Hang, Duration::ZERO).await;
     let healthy = Receiver::start(Mode::Status(204), Duration::ZERO).await;
-    let mut flags = webhook_flags(&sim.url(), "10s", "30s");
-    flags.extend(
-        [
-            "--webhook-concurrency",
-            "16",
-            "--webhook-endpoint-in-flight-max",
-            "2",
-            "--webhook-client-in-flight-max",
-            "8",
-        ]
-        .map(String::from),
-    );
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let a = spawn_app_with(&fresh_database().await, &flags).await;
+    let a = small_shares_app(&sim.url()).await;
     // Client A: one endpoint that never answers, and a million events due
     // to it, older than anything of B's.
     let (endpoint, _) = register(&a, &hanging.url).await;
@@ -761,16 +760,7 @@ async fn a_million_due_deliveries_behind_a_hanging_receiver_delay_no_other_clien
 
     // Client B, one healthy endpoint: each of its events is delivered
     // within 10 s, while A's million wait behind A's full endpoint.
-    let b_key = a.other_client().await;
-    let res = a
-        .http
-        .post(format!("{}/webhook_endpoints", a.address))
-        .bearer_auth(&b_key)
-        .json(&json!({ "url": healthy.url }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
+    let b_key = other_client_with_endpoint(&a, &healthy.url).await;
     for n in 1..=5 {
         create_via(&a.address, &b_key).await;
         wait_for(

@@ -157,21 +157,20 @@ pub async fn watch(store: OutboxStore, limits: LagLimits, gate: LagGate) {
         if lagging == was {
             continue;
         }
-        for (client, now) in &by_client {
-            match (was.contains(client), lagging.contains(client)) {
-                (false, true) => {
-                    tracing::warn!(%client, oldest = ?now.oldest, rows = now.rows, "settlement lags for this client: its new transfers are refused with 503 until it catches up")
-                }
-                (true, false) => {
-                    tracing::info!(%client, oldest = ?now.oldest, rows = now.rows, "settlement caught up for this client: its new transfers are accepted again")
-                }
-                _ => {}
-            }
+        // A client no longer measured has no waiting row: zero.
+        let now = |client: &Uuid| {
+            by_client
+                .iter()
+                .find(|(c, _)| c == client)
+                .map_or((0, Duration::ZERO), |(_, w)| (w.rows, w.oldest))
+        };
+        for client in lagging.difference(&was) {
+            let (rows, oldest) = now(client);
+            tracing::warn!(%client, ?oldest, rows, "settlement lags for this client: its new transfers are refused with 503 until it catches up");
         }
         for client in was.difference(&lagging) {
-            if !by_client.iter().any(|(c, _)| c == client) {
-                tracing::info!(%client, "settlement caught up for this client: its new transfers are accepted again");
-            }
+            let (rows, oldest) = now(client);
+            tracing::info!(%client, ?oldest, rows, "settlement caught up for this client: its new transfers are accepted again");
         }
         lagging_gauge.set(lagging.len() as f64);
         gate.set(lagging);
